@@ -1,0 +1,115 @@
+"""Validate any action stream symbolically and count what it costs.
+
+:class:`Tracker` is the single statement of the schedule invariants (see ``actions``): it follows
+indices only, so it can check a plan for millions of steps without running one. The executor runs
+the same tracker in front of the real work, so what the tests validate is what gradients execute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .actions import Action, Advance, Free, Restore, Reverse, Snapshot
+
+
+class ScheduleError(RuntimeError):
+    """An action stream broke an invariant (see ``bincheck.schedule.actions``)."""
+
+
+CONSUMED = -1
+
+
+class Tracker:
+    """Follows live state, stored states and adjoint position; raises ScheduleError on a bad action.
+
+    Counts as it goes: ``plain_steps`` (steps inside ``Advance``), ``taped_steps`` (inside
+    ``Reverse``), ``peak_slots`` (most states stored at once). With ``record=True`` it also lists
+    the reversed steps in the order they were reversed.
+    """
+
+    __slots__ = ("seq_len", "live_index", "stored", "adjoint_index", "peak_slots",
+                 "plain_steps", "taped_steps", "reversed")
+
+    def __init__(self, seq_len: int, record: bool = False) -> None:
+        self.seq_len = seq_len
+        self.live_index = 0
+        self.stored: set[int] = set()
+        self.adjoint_index = seq_len
+        self.peak_slots = 0
+        self.plain_steps = 0
+        self.taped_steps = 0
+        self.reversed: list[int] | None = [] if record else None
+
+    def apply(self, action: Action) -> None:
+        kind = type(action)
+        if kind is Advance:
+            start, stop = action.start, action.stop
+            if start != self.live_index or not start <= stop <= self.seq_len:
+                self._fail(action, f"the live state is {self._live_name()}")
+            self.plain_steps += stop - start
+            self.live_index = stop
+        elif kind is Reverse:
+            start, stop = action.start, action.stop
+            if start != self.live_index:
+                self._fail(action, f"the live state is {self._live_name()}")
+            if stop != self.adjoint_index or not start < stop:
+                self._fail(action, f"the adjoint is at state {self.adjoint_index}")
+            self.taped_steps += stop - start
+            if self.reversed is not None:
+                self.reversed.extend(range(stop - 1, start - 1, -1))
+            self.live_index = CONSUMED
+            self.adjoint_index = start
+        elif kind is Snapshot:
+            if action.index != self.live_index:
+                self._fail(action, f"the live state is {self._live_name()}")
+            if action.index in self.stored:
+                self._fail(action, "that state is already stored")
+            self.stored.add(action.index)
+            self.peak_slots = max(self.peak_slots, len(self.stored))
+        elif kind is Restore:
+            if action.index not in self.stored:
+                self._fail(action, f"stored states are {sorted(self.stored)}")
+            self.live_index = action.index
+        elif kind is Free:
+            if action.index not in self.stored:
+                self._fail(action, f"stored states are {sorted(self.stored)}")
+            self.stored.remove(action.index)
+        else:
+            raise ScheduleError(f"unknown action {action!r}")
+
+    def finish(self) -> None:
+        """Check that the stream reversed everything and left nothing stored."""
+        if self.adjoint_index != 0:
+            raise ScheduleError(f"the stream ended with the adjoint at state {self.adjoint_index}, "
+                                f"not 0: steps 0..{self.adjoint_index - 1} were never reversed")
+        if self.stored:
+            raise ScheduleError(f"the stream ended with states {sorted(self.stored)} still stored")
+
+    def _live_name(self) -> str:
+        return "consumed by a Reverse" if self.live_index == CONSUMED else f"state {self.live_index}"
+
+    def _fail(self, action: Action, why: str) -> None:
+        raise ScheduleError(f"invalid action {action!r}: {why}")
+
+
+@dataclass
+class Cost:
+    plain_steps: int
+    taped_steps: int
+    peak_slots: int
+    reversed: list[int] = field(default_factory=list)
+
+
+def simulate(actions: Iterable[Action], seq_len: int | None = None) -> Cost:
+    """Run ``actions`` symbolically; raise ScheduleError if invalid, else return its cost.
+
+    ``seq_len`` defaults to the plan's own ``seq_len`` attribute.
+    """
+    if seq_len is None:
+        seq_len = actions.seq_len  # type: ignore[attr-defined]
+    tracker = Tracker(seq_len, record=True)
+    for action in actions:
+        tracker.apply(action)
+    tracker.finish()
+    return Cost(tracker.plain_steps, tracker.taped_steps, tracker.peak_slots, tracker.reversed)
