@@ -127,7 +127,9 @@ class CheckpointedLoop:
             # Not being differentiated: just run the loop, keep nothing.
             return self._run_plain(params, init_state, x_leaves, x_def, s_def)
         call = _Call(self, p_def, s_def, x_def, len(p_leaves), len(s_leaves))
-        return _loop_primitive(*leaves, call=call)
+        # Hand back the same containers the plain loop returns (tuples of boxes, not a box of a
+        # tuple), so user code that unpacks or type-checks the result works unchanged.
+        return _open_boxes(_loop_primitive(*leaves, call=call))
 
     def _check_inputs(self, x_leaves: list, inputs: Any) -> None:
         for leaf in x_leaves:
