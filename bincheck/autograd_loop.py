@@ -17,6 +17,8 @@ Measured pitfalls this module is shaped around (see DESIGN.md):
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -27,7 +29,7 @@ from autograd.util import toposort
 
 from .executor import Executor
 from .schedule.actions import Reverse
-from .schedule.binomial import Plan, check_positive_int
+from .schedule.binomial import Plan
 from .tree import describe, flatten, unflatten
 
 
@@ -93,26 +95,53 @@ class _Call:
         return leaves[:n_p], leaves[n_p:n_p + n_s], leaves[n_p + n_s:]
 
 
-class CheckpointedLoop:
-    """``loop(params, init_state, inputs)``: see :func:`bincheck.binomial_checkpoint`."""
+def _check_fn(fn: Any, with_outputs: Any) -> None:
+    if not callable(fn):
+        raise TypeError(f"fn must be callable as fn(params, state, x) -> new_state; "
+                        f"got {fn!r} of type {type(fn).__name__}")
+    if not isinstance(with_outputs, bool):
+        raise TypeError(f"with_outputs must be a bool; got {with_outputs!r}")
 
-    def __init__(self, fn: Callable, seq_len: int, num_ckpts: int,
-                 with_outputs: bool = False) -> None:
-        if not callable(fn):
-            raise TypeError(f"fn must be callable as fn(params, state, x) -> new_state; "
-                            f"got {fn!r} of type {type(fn).__name__}")
-        if not isinstance(with_outputs, bool):
-            raise TypeError(f"with_outputs must be a bool; got {with_outputs!r}")
-        self.plan = Plan(seq_len, num_ckpts)      # validates seq_len and num_ckpts
+
+@dataclass
+class LoopStats:
+    """What the last gradient (forward + reverse) of a loop did, counted and timed by the library.
+
+    ``plain_steps`` / ``taped_steps`` count ``fn`` evaluations; the times are seconds spent in
+    plain steps, in taped steps (building the tape) and in backward passes over those tapes.
+    Whatever else a gradient costs is bookkeeping (planning, executor, pytree handling).
+    """
+
+    plain_steps: int = 0
+    taped_steps: int = 0
+    plain_seconds: float = 0.0
+    tape_seconds: float = 0.0
+    backward_seconds: float = 0.0
+
+
+class CheckpointedLoop:
+    """``loop(params, init_state, inputs)`` driven by a schedule; see :func:`binomial_checkpoint`.
+
+    ``schedule`` is any object with ``seq_len``, ``first_reverse_start`` and ``__iter__`` yielding
+    actions (e.g. :func:`bincheck.plan` or :class:`bincheck.schedule.EqualSegments`).
+    """
+
+    def __init__(self, fn: Callable, schedule: Any, with_outputs: bool = False) -> None:
+        _check_fn(fn, with_outputs)
+        self.plan = schedule
         self.fn = fn
-        self.seq_len = seq_len
-        self.num_ckpts = num_ckpts
+        self.seq_len = schedule.seq_len
         self.with_outputs = with_outputs
+        self.stats = LoopStats()
 
     def __repr__(self) -> str:
         name = getattr(self.fn, "__name__", repr(self.fn))
-        return (f"binomial_checkpoint({name}, seq_len={self.seq_len}, "
-                f"num_ckpts={self.num_ckpts}, with_outputs={self.with_outputs})")
+        return f"CheckpointedLoop({name}, {self.plan!r}, with_outputs={self.with_outputs})"
+
+    @property
+    def predicted_plain_steps(self) -> int:
+        """Plain evaluations of one gradient: the schedule's, plus the forward's tail to the end."""
+        return self.plan.plain_steps + self.seq_len - self.plan.first_reverse_start
 
     # ---------------------------------------------------------------- entry point
     def __call__(self, params: Any, init_state: Any, inputs: Any = None) -> Any:
@@ -186,14 +215,18 @@ class CheckpointedLoop:
         s_shapes = [np.shape(leaf) for leaf in s_leaves]
         ys: list = []         # filled by the first sweep only (each step once, in order)
         y_shape: list = [None]
+        stats = self.stats = LoopStats()
 
         def advance(state, start, stop):
+            t0 = time.perf_counter()
             for t in range(start, stop):
                 x = unflatten(call.x_def, [leaf[t] for leaf in x_leaves])
                 state, y = self._step(params, state, x, t, call.s_def, s_shapes, y_shape[0])
                 if collect and t == len(ys):
                     y_shape[0] = np.shape(y)
                     ys.append(y)
+            stats.plain_seconds += time.perf_counter() - t0
+            stats.plain_steps += stop - start
             return state
 
         collect = self.with_outputs
@@ -204,8 +237,8 @@ class CheckpointedLoop:
             if type(action) is Reverse:
                 break
             executor.apply(action)
-        # The plan's first sweep stops before the last step; the output needs it too.
-        final = advance(executor.live, self.seq_len - 1, self.seq_len)
+        # The first sweep stops where the first Reverse starts; the output needs the rest too.
+        final = advance(executor.live, action.start, self.seq_len)
         call.forward = (executor, action, actions)
         if not self.with_outputs:
             return final
@@ -237,8 +270,11 @@ class CheckpointedLoop:
             p_acc: dict[int, Any] = {}
             x_bar = {k: vspace(x_leaves[k]).zeros() for k in x_want}
 
+            stats = self.stats
+
             def reverse(state, start, stop):
                 nonlocal adjoint
+                t0 = time.perf_counter()
                 with trace_stack.new_trace() as trace:
                     roots = set()
 
@@ -271,7 +307,11 @@ class CheckpointedLoop:
                         if isbox(leaf) and leaf._trace == trace:
                             ends.append(leaf._node)
                             cots.append(a)
+                t1 = time.perf_counter()
                 found = _backward(ends, cots, roots)
+                stats.backward_seconds += time.perf_counter() - t1
+                stats.tape_seconds += t1 - t0
+                stats.taped_steps += stop - start
                 for i, b in p_boxes.items():
                     gi = found.get(b._node)
                     if gi is not None:
@@ -329,4 +369,5 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int,
     ``t(seq_len, num_ckpts) + 1`` times on plain arrays (see :func:`bincheck.plan`), in a single
     reverse sweep whatever is differentiated. Outside any autograd trace it simply runs the loop.
     """
-    return CheckpointedLoop(fn, seq_len, num_ckpts, with_outputs)
+    _check_fn(fn, with_outputs)
+    return CheckpointedLoop(fn, Plan(seq_len, num_ckpts), with_outputs)

@@ -36,6 +36,7 @@ def test_gradient_does_optimal_work(l, s):
     assert cell.taped == l
     assert cell.plain <= closed_form(l, s) + 1
     assert cell.plain == loop.plan.plain_steps + 1    # the bound is attained, not undercut by luck
+    assert (loop.stats.plain_steps, loop.stats.taped_steps) == (cell.plain, cell.taped)
 
 
 def test_forward_alone_runs_each_step_once():

@@ -120,3 +120,16 @@ def test_outside_autograd_runs_plain_and_matches():
     params, state, xs = lstm_problem(10)
     loop, ref = both(lstm, 10, 2)
     assert_trees_close(loop(params, state, xs), ref(params, state, xs), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("l,n", [(1, 1), (10, 3), (12, 12)])
+def test_equal_segments_loop_matches(l, n):
+    from bincheck import CheckpointedLoop, EqualSegments
+    params, state, xs = lstm_problem(l)
+    loop = CheckpointedLoop(lstm, EqualSegments(l, n))
+    ref = lambda p, st, x: plain_loop(lstm, p, st, x, l)
+    g = grad(lambda p, st, x: scalar_loss(loop(p, st, x)), (0, 1, 2))(params, state, xs)
+    g0 = grad(lambda p, st, x: scalar_loss(ref(p, st, x)), (0, 1, 2))(params, state, xs)
+    assert_trees_close(g, g0)
+    assert loop.stats.plain_steps == loop.predicted_plain_steps == l
+    assert loop.stats.taped_steps == l

@@ -155,3 +155,16 @@ def test_simulator_rejects_incomplete_streams():
         simulate([Snapshot(0), Advance(0, 2), Reverse(2, 3), Free(0)], 3)
     with pytest.raises(ScheduleError, match="still stored"):
         simulate([Snapshot(0), Reverse(0, 1)], 1)
+
+
+@pytest.mark.parametrize("l,n", [(1, 1), (1, 5), (10, 3), (100, 10), (101, 10), (7, 7)])
+def test_equal_segments_schedule(l, n):
+    from bincheck.schedule import EqualSegments
+    seg = EqualSegments(l, n)
+    cost = simulate(seg)
+    assert cost.reversed == list(range(l - 1, -1, -1))
+    assert cost.peak_slots == seg.peak_slots == min(l, n)
+    assert cost.plain_steps == seg.plain_steps
+    assert cost.plain_steps + l - seg.first_reverse_start == l   # one forward sweep, no recompute
+    lengths = [b - a for a, b in zip(seg.bounds, seg.bounds[1:])]
+    assert max(lengths) - min(lengths) <= 1 and sum(lengths) == l

@@ -155,6 +155,11 @@ class Plan:
         return optimal_plain_steps(self.seq_len, self.num_ckpts)
 
     @property
+    def first_reverse_start(self) -> int:
+        """Where the first sweep stops: the last step is the first one reversed."""
+        return self.seq_len - 1
+
+    @property
     def taped_steps(self) -> int:
         return self.seq_len
 
