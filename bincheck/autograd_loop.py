@@ -1,18 +1,26 @@
 """The autograd adapter: a checkpointed loop as one autograd primitive (the only autograd import).
 
 Model: autograd's ``misc/fixed_points.py`` writes a whole loop as one primitive with its own VJP.
-Here the primitive's arguments are the leaves of ``(params, init_state, inputs)``; its forward runs
-the plan's first sweep on plain arrays, keeping the snapshots the plan asks for; the VJP closure
-replays the rest of the plan, taping one segment at a time, and returns the cotangents of every
-requested leaf from that single sweep (``defvjp_argnums``, not one sweep per argument).
+Here the primitive's positional arguments are the leaves of ``(params, init_state, inputs)``; its
+forward runs the schedule's first sweep on plain arrays, keeping the snapshots the schedule asks
+for; the VJP closure replays the rest of the schedule, taping one segment at a time, and returns
+the cotangents of every requested argument from that single sweep (``defvjp_argnums``, not one
+sweep per argument).
+
+Two levels of leaves. The *arguments* of the primitive are the user's trees flattened through plain
+containers only: a container that autograd boxed as a whole (``grad`` w.r.t. a dict of weights
+gives a ``DictBox``) stays one argument, so its cotangent goes back as one dict and autograd never
+has to scatter per-key cotangents into zero-filled copies of the whole dict. Inside the primitive
+everything is flattened down to array leaves.
 
 Measured pitfalls this module is shaped around (see DESIGN.md):
 
 * autograd calls the VJP *maker* while building the node in the forward pass: the maker only
   captures references, all work happens in the returned closure.
-* a taped step is traced with one root node per differentiated leaf and a custom multi-output
-  backward pass, so no container boxes are built and no cotangent is computed for a leaf nobody
-  asked for (the inputs' slices are only boxed when ``inputs`` is differentiated).
+* a taped segment is traced with one root node per differentiated array leaf and a custom
+  multi-output backward pass, so no container boxes are built and no cotangent is computed for a
+  leaf nobody asked for (input slices are boxed only when ``inputs`` is differentiated).
+* parameter cotangents are added into one accumulator as soon as each is complete, in place.
 """
 
 from __future__ import annotations
@@ -22,23 +30,20 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-from autograd.core import VJPNode, add_outgrads, defvjp_argnums, vspace
 from autograd.builtins import DictBox, SequenceBox
+from autograd.core import VJPNode, add_outgrads, defvjp_argnums, vspace
 from autograd.tracer import isbox, new_box, primitive, trace_stack
 from autograd.util import toposort
 
 from .executor import Executor
 from .schedule.actions import Reverse
 from .schedule.binomial import Plan
-from .tree import describe, flatten, unflatten
+from .tree import LEAF, describe, flatten, unflatten
 
 
+# --------------------------------------------------------------------------- helpers
 def _open_boxes(tree: Any) -> Any:
-    """Turn autograd container boxes (a differentiated tuple/list/dict) into containers of boxes.
-
-    autograd boxes a whole tuple when the user differentiates with respect to it; indexing the box
-    (recorded on the user's trace, once per call) exposes each leaf to the primitive.
-    """
+    """A container box (autograd's box of a whole tuple/list/dict) as a container of boxes."""
     t = type(tree)
     if t is SequenceBox:
         kind = type(tree._value)
@@ -46,10 +51,18 @@ def _open_boxes(tree: Any) -> Any:
         return kind(*items) if hasattr(kind, "_fields") else kind(items)
     if t is DictBox:
         return {k: _open_boxes(tree[k]) for k in tree._value}
+    return tree
+
+
+def _values(tree: Any) -> Any:
+    """The tree with container boxes replaced by their values (for shape checks only)."""
+    t = type(tree)
+    if t is SequenceBox or t is DictBox:
+        return _values(tree._value)
     if t is tuple or t is list:
-        return t(_open_boxes(c) for c in tree)
+        return t(_values(c) for c in tree)
     if t is dict:
-        return {k: _open_boxes(v) for k, v in tree.items()}
+        return {k: _values(v) for k, v in tree.items()}
     return tree
 
 
@@ -63,36 +76,35 @@ class _Sink:
         self.vjp = lambda _: cotangents
 
 
-def _backward(ends: list, cotangents: list, roots: set) -> dict:
-    """Pull ``cotangents`` back from the end nodes; return {root node: its total cotangent}."""
+def _backward(ends: list, cotangents: list, roots: dict, deliver: Callable) -> None:
+    """Pull ``cotangents`` back from the end nodes to the root nodes of one taped segment.
+
+    ``deliver(roots[node], g)`` is called as soon as a root's cotangent is complete (toposort
+    yields a node after all its consumers), so a parameter's contribution can be added into its
+    accumulator and freed before the next one is computed.
+    """
     if not ends:
-        return {}
+        return
     sink = _Sink(ends, cotangents)
     outgrads: dict = {sink: (None, False)}
-    found = {}
     for node in toposort(sink):
         outgrad = outgrads.pop(node)
-        if node in roots:
-            found[node] = outgrad[0]
+        where = roots.get(node)
+        if where is not None:
+            deliver(where, outgrad[0])
             continue
         for parent, ingrad in zip(node.parents, node.vjp(outgrad[0])):
             outgrads[parent] = add_outgrads(outgrads.get(parent), ingrad)
-    return found
 
 
-class _Call:
-    """Everything one call of a loop needs, shared by the primitive's forward and its VJP maker."""
-
-    __slots__ = ("loop", "p_def", "s_def", "x_def", "n_p", "n_s", "forward")
-
-    def __init__(self, loop, p_def, s_def, x_def, n_p, n_s) -> None:
-        self.loop, self.p_def, self.s_def, self.x_def = loop, p_def, s_def, x_def
-        self.n_p, self.n_s = n_p, n_s
-        self.forward = None      # (executor, pending Reverse, rest of the actions), until used
-
-    def split(self, leaves):
-        n_p, n_s = self.n_p, self.n_s
-        return leaves[:n_p], leaves[n_p:n_p + n_s], leaves[n_p + n_s:]
+def _accumulate(acc: Any, g: Any) -> Any:
+    """acc + g, in place when both are plain arrays (``acc`` is always our own copy)."""
+    if acc is None:
+        return g.copy() if type(g) is np.ndarray else g
+    if type(acc) is np.ndarray and type(g) is np.ndarray and acc.shape == g.shape:
+        np.add(acc, g, out=acc)
+        return acc
+    return acc + g
 
 
 def _check_fn(fn: Any, with_outputs: Any) -> None:
@@ -103,13 +115,57 @@ def _check_fn(fn: Any, with_outputs: Any) -> None:
         raise TypeError(f"with_outputs must be a bool; got {with_outputs!r}")
 
 
+class _Group:
+    """One of params / init_state / inputs: its argument leaves and its array leaves."""
+
+    __slots__ = ("arg_def", "n_args", "tree_def", "spans")
+
+    def __init__(self, arg_def, n_args) -> None:
+        self.arg_def, self.n_args = arg_def, n_args
+        self.tree_def = None   # structure of the fully flattened tree (set by expand)
+        self.spans = None      # per argument: (first leaf, stop leaf, its own treedef)
+
+    def expand(self, args) -> list:
+        """Array leaves of this group, given its argument values (plain, inside the primitive)."""
+        leaves, spans = [], []
+        for a in args:
+            sub, sub_def = flatten(a)
+            spans.append((len(leaves), len(leaves) + len(sub), sub_def))
+            leaves += sub
+        self.spans = spans
+        self.tree_def = flatten(unflatten(self.arg_def, list(args)))[1]
+        return leaves
+
+    def gather(self, k: int, leaf_cotangents: list) -> Any:
+        """The cotangent of argument ``k`` from its array leaves' cotangents."""
+        lo, hi, sub_def = self.spans[k]
+        if sub_def is LEAF:
+            return leaf_cotangents[lo]
+        return unflatten(sub_def, leaf_cotangents[lo:hi])
+
+
+class _Call:
+    """Everything one call of a loop needs, shared by the primitive's forward and its VJP maker."""
+
+    __slots__ = ("loop", "groups", "forward")
+
+    def __init__(self, loop, groups) -> None:
+        self.loop, self.groups = loop, groups
+        self.forward = None      # (executor, pending Reverse, rest of the actions), until used
+
+    def split(self, args):
+        n_p, n_s = self.groups[0].n_args, self.groups[1].n_args
+        return args[:n_p], args[n_p:n_p + n_s], args[n_p + n_s:]
+
+
 @dataclass
 class LoopStats:
     """What the last gradient (forward + reverse) of a loop did, counted and timed by the library.
 
     ``plain_steps`` / ``taped_steps`` count ``fn`` evaluations; the times are seconds spent in
-    plain steps, in taped steps (building the tape) and in backward passes over those tapes.
-    Whatever else a gradient costs is bookkeeping (planning, executor, pytree handling).
+    plain steps, in taped steps (building the tape) and in backward passes over those tapes
+    (including adding each step's parameter cotangent into the total). Whatever else a gradient
+    costs is bookkeeping (planning, executor, pytree handling).
     """
 
     plain_steps: int = 0
@@ -119,11 +175,12 @@ class LoopStats:
     backward_seconds: float = 0.0
 
 
+# --------------------------------------------------------------------------- the loop
 class CheckpointedLoop:
     """``loop(params, init_state, inputs)`` driven by a schedule; see :func:`binomial_checkpoint`.
 
-    ``schedule`` is any object with ``seq_len``, ``first_reverse_start`` and ``__iter__`` yielding
-    actions (e.g. :func:`bincheck.plan` or :class:`bincheck.schedule.EqualSegments`).
+    ``schedule`` is any object with ``seq_len``, ``first_reverse_start``, ``plain_steps`` and
+    ``__iter__`` yielding actions (:func:`bincheck.plan`, :class:`bincheck.EqualSegments`).
     """
 
     def __init__(self, fn: Callable, schedule: Any, with_outputs: bool = False) -> None:
@@ -143,25 +200,22 @@ class CheckpointedLoop:
         """Plain evaluations of one gradient: the schedule's, plus the forward's tail to the end."""
         return self.plan.plain_steps + self.seq_len - self.plan.first_reverse_start
 
-    # ---------------------------------------------------------------- entry point
+    # ------------------------------------------------------------ entry point
     def __call__(self, params: Any, init_state: Any, inputs: Any = None) -> Any:
-        params, init_state, inputs = (_open_boxes(params), _open_boxes(init_state),
-                                      _open_boxes(inputs))
-        p_leaves, p_def = flatten(params)
-        s_leaves, s_def = flatten(init_state)
-        x_leaves, x_def = flatten(inputs)
-        self._check_inputs(x_leaves, inputs)
-        leaves = p_leaves + s_leaves + x_leaves
-        if not any(isbox(leaf) for leaf in leaves):
+        self._check_inputs(inputs)
+        trees = (params, init_state, inputs)
+        flat = [flatten(tree) for tree in trees]     # container boxes stay single arguments
+        args = [a for leaves, _ in flat for a in leaves]
+        if not any(isbox(a) for a in args):
             # Not being differentiated: just run the loop, keep nothing.
-            return self._run_plain(params, init_state, x_leaves, x_def, s_def)
-        call = _Call(self, p_def, s_def, x_def, len(p_leaves), len(s_leaves))
-        # Hand back the same containers the plain loop returns (tuples of boxes, not a box of a
-        # tuple), so user code that unpacks or type-checks the result works unchanged.
-        return _open_boxes(_loop_primitive(*leaves, call=call))
+            return self._run_plain(params, init_state, inputs)
+        call = _Call(self, [_Group(d, len(leaves)) for leaves, d in flat])
+        # Hand back the containers the plain loop returns (a tuple of boxes, not a box of a tuple)
+        # so that user code that unpacks or type-checks the result works unchanged.
+        return _open_boxes(_loop_primitive(*args, call=call))
 
-    def _check_inputs(self, x_leaves: list, inputs: Any) -> None:
-        for leaf in x_leaves:
+    def _check_inputs(self, inputs: Any) -> None:
+        for leaf in flatten(_values(inputs))[0]:
             shape = np.shape(leaf)
             if len(shape) == 0 or shape[0] != self.seq_len:
                 got = "a scalar" if len(shape) == 0 else f"leading length {shape[0]}"
@@ -169,17 +223,17 @@ class CheckpointedLoop:
                     f"inputs must have leading axis of length seq_len={self.seq_len} "
                     f"(step t receives inputs[t]); got {got} (shape {shape})")
 
-    # ---------------------------------------------------------------- plain steps
+    # ------------------------------------------------------------ plain steps
     def _step(self, params, state, x, t: int, s_def, s_shapes, y_shape):
         """One plain step with the structure checks that keep snapshots interchangeable."""
         out = self.fn(params, state, x)
         y = None
         if self.with_outputs:
             if not (type(out) in (tuple, list) and len(out) == 2):
+                length = f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""
                 raise TypeError(
                     f"with_outputs=True: fn must return a 2-tuple (new_state, y); step {t} "
-                    f"returned {type(out).__name__}"
-                    f"{' of length %d' % len(out) if isinstance(out, (tuple, list)) else ''}")
+                    f"returned {type(out).__name__}{length}")
             out, y = out
             if y_shape is not None and np.shape(y) != y_shape:
                 raise ValueError(f"with_outputs=True: every y must have the same shape; step {t} "
@@ -196,106 +250,135 @@ class CheckpointedLoop:
                 f"{s_shapes} and returned {shapes}")
         return out, y
 
-    def _run_plain(self, params, init_state, x_leaves, x_def, s_def):
-        s_shapes = [np.shape(leaf) for leaf in flatten(init_state)[0]]
-        state, ys, y_shape = init_state, [], None
-        for t in range(self.seq_len):
-            x = unflatten(x_def, [leaf[t] for leaf in x_leaves])
-            state, y = self._step(params, state, x, t, s_def, s_shapes, y_shape)
-            if self.with_outputs:
-                y_shape = np.shape(y)
-                ys.append(y)
-        return (state, np.stack(ys)) if self.with_outputs else state
-
-    # ---------------------------------------------------------------- primitive forward
-    def forward(self, call: _Call, leaves: tuple) -> Any:
-        """Run the plan up to its first ``Reverse`` (the first sweep) and the last step."""
-        p_leaves, s_leaves, x_leaves = call.split(leaves)
-        params = unflatten(call.p_def, p_leaves)
-        s_shapes = [np.shape(leaf) for leaf in s_leaves]
-        ys: list = []         # filled by the first sweep only (each step once, in order)
-        y_shape: list = [None]
-        stats = self.stats = LoopStats()
+    def _make_advance(self, params, s_def, s_shapes, x_leaves, x_def, stats, ys):
+        """``advance(state, start, stop)`` on plain values; appends outputs to ``ys`` if given."""
+        y_shape = [None]
 
         def advance(state, start, stop):
             t0 = time.perf_counter()
             for t in range(start, stop):
-                x = unflatten(call.x_def, [leaf[t] for leaf in x_leaves])
-                state, y = self._step(params, state, x, t, call.s_def, s_shapes, y_shape[0])
-                if collect and t == len(ys):
+                x = unflatten(x_def, [leaf[t] for leaf in x_leaves])
+                state, y = self._step(params, state, x, t, s_def, s_shapes, y_shape[0])
+                if ys is not None and t == len(ys):
                     y_shape[0] = np.shape(y)
                     ys.append(y)
             stats.plain_seconds += time.perf_counter() - t0
             stats.plain_steps += stop - start
             return state
 
-        collect = self.with_outputs
+        return advance
 
-        executor = Executor(self.seq_len, advance, None, unflatten(call.s_def, s_leaves))
+    def _run_plain(self, params, init_state, inputs):
+        s_leaves, s_def = flatten(init_state)
+        x_leaves, x_def = flatten(inputs)
+        ys = [] if self.with_outputs else None
+        advance = self._make_advance(params, s_def, [np.shape(v) for v in s_leaves], x_leaves,
+                                     x_def, LoopStats(), ys)
+        state = advance(init_state, 0, self.seq_len)
+        return (state, np.stack(ys)) if self.with_outputs else state
+
+    # ------------------------------------------------------------ primitive forward
+    def forward(self, call: _Call, args: tuple) -> Any:
+        """Run the schedule up to its first ``Reverse`` (the first sweep), then to the end."""
+        groups = call.groups
+        p_args, s_args, x_args = call.split(args)
+        p_leaves, s_leaves, x_leaves = (g.expand(a) for g, a in zip(groups, (p_args, s_args,
+                                                                              x_args)))
+        params = unflatten(groups[0].tree_def, p_leaves)
+        ys = [] if self.with_outputs else None     # each step's output, from the first sweep
+        stats = self.stats = LoopStats()
+        advance = self._make_advance(params, groups[1].tree_def, [np.shape(v) for v in s_leaves],
+                                     x_leaves, groups[2].tree_def, stats, ys)
+        executor = Executor(self.seq_len, advance, None, unflatten(groups[1].tree_def, s_leaves))
         actions = iter(self.plan)
         for action in actions:
             if type(action) is Reverse:
                 break
             executor.apply(action)
-        # The first sweep stops where the first Reverse starts; the output needs the rest too.
         final = advance(executor.live, action.start, self.seq_len)
-        call.forward = (executor, action, actions)
         if not self.with_outputs:
+            call.forward = (executor, action, actions)
             return final
-        collect = False       # recomputations in the reverse sweep drop their outputs
         stacked = np.stack(ys)
-        ys.clear()
+        # Recomputations in the reverse sweep must not collect outputs again.
+        executor.advance = self._make_advance(params, groups[1].tree_def,
+                                              [np.shape(v) for v in s_leaves], x_leaves,
+                                              groups[2].tree_def, stats, None)
+        call.forward = (executor, action, actions)
         return final, stacked
 
-    # ---------------------------------------------------------------- VJP
-    def make_vjp(self, call: _Call, argnums: tuple, leaves: tuple) -> Callable:
+    # ------------------------------------------------------------ VJP
+    def make_vjp(self, call: _Call, argnums: tuple, args: tuple) -> Callable:
+        """Called by autograd while it builds the node: capture references only."""
         fn, with_outputs = self.fn, self.with_outputs
-        p_leaves, s_leaves, x_leaves = call.split(leaves)
-        n_p, n_s = call.n_p, call.n_s
-        want = set(argnums)
-        p_want = [i for i in range(n_p) if i in want]
-        s_want = any(n_p + j in want for j in range(n_s))
-        x_want = [k for k in range(len(x_leaves)) if n_p + n_s + k in want]
+        groups = call.groups
+        n_p, n_s = groups[0].n_args, groups[1].n_args
 
         def vjp(g):
+            p_args, s_args, x_args = call.split(args)
+            p_leaves, s_leaves, x_leaves = (grp.expand(a) for grp, a in zip(groups, (
+                p_args, s_args, x_args)))
             if call.forward is None:          # a second VJP call (e.g. jacobian): redo sweep 1
-                self.forward(call, leaves)
+                self.forward(call, args)
             executor, pending, actions = call.forward
             call.forward = None               # the sweep consumes the snapshots; let them go
-            if with_outputs:
-                g_state, g_ys = g
-            else:
-                g_state, g_ys = g, None
-            adjoint = flatten(g_state)[0]
-            p_acc: dict[int, Any] = {}
-            x_bar = {k: vspace(x_leaves[k]).zeros() for k in x_want}
+            p_def, s_def, x_def = (grp.tree_def for grp in groups)
 
+            # Which array leaves need a cotangent.
+            def wanted(group_index, offset):
+                grp, out = groups[group_index], []
+                for k in range(grp.n_args):
+                    if offset + k in argnums:
+                        lo, hi, _ = grp.spans[k]
+                        out += range(lo, hi)
+                return out
+
+            p_want = wanted(0, 0)
+            s_want = bool(wanted(1, n_p))
+            x_want = wanted(2, n_p + n_s)
+
+            g_state, g_ys = g if with_outputs else (g, None)
+            adjoint = flatten(g_state)[0]
+            p_acc: list = [None] * len(p_leaves)
+            x_bar = {k: vspace(x_leaves[k]).zeros() for k in x_want}
             stats = self.stats
+            new_adjoint: list = []
+
+            def deliver(where, cot):
+                kind, key = where
+                if kind == "p":
+                    p_acc[key] = _accumulate(p_acc[key], cot)
+                elif kind == "s":
+                    new_adjoint[key] = cot
+                else:
+                    t, k = key
+                    x_bar[k][t] = cot
 
             def reverse(state, start, stop):
-                nonlocal adjoint
+                nonlocal adjoint, new_adjoint
                 t0 = time.perf_counter()
+                roots: dict = {}
                 with trace_stack.new_trace() as trace:
-                    roots = set()
 
-                    def box(value):
+                    def box(value, where):
                         node = VJPNode.new_root()
-                        roots.add(node)
+                        roots[node] = where
                         return new_box(value, trace, node)
 
-                    p_boxes = {i: box(p_leaves[i]) for i in p_want}
-                    params = unflatten(call.p_def, [p_boxes.get(i, v) for i, v in
-                                                    enumerate(p_leaves)])
+                    p_vals = list(p_leaves)
+                    for i in p_want:
+                        p_vals[i] = box(p_vals[i], ("p", i))
+                    params = unflatten(p_def, p_vals)
                     s_vals = flatten(state)[0]
-                    s_boxes = ([box(v) for v in s_vals] if start > 0 or s_want else None)
-                    st = unflatten(call.s_def, s_boxes if s_boxes is not None else s_vals)
-                    ends, cots, x_boxes = [], [], []
+                    box_state = start > 0 or s_want
+                    st = unflatten(s_def, [box(v, ("s", j)) for j, v in enumerate(s_vals)]
+                                   if box_state else s_vals)
+                    ends, cots = [], []
                     for t in range(start, stop):
                         xs = [leaf[t] for leaf in x_leaves]
                         for k in x_want:
-                            xs[k] = box(xs[k])
-                            x_boxes.append((t, k, xs[k]))
-                        out = fn(params, st, unflatten(call.x_def, xs))
+                            xs[k] = box(xs[k], ("x", (t, k)))
+                        out = fn(params, st, unflatten(x_def, xs))
                         if with_outputs:
                             st, y = out
                             if isbox(y) and y._trace == trace:
@@ -308,41 +391,37 @@ class CheckpointedLoop:
                             ends.append(leaf._node)
                             cots.append(a)
                 t1 = time.perf_counter()
-                found = _backward(ends, cots, roots)
+                new_adjoint = [None] * len(s_vals)
+                _backward(ends, cots, roots, deliver)
+                if box_state:
+                    adjoint = [vspace(v).zeros() if a is None else a
+                               for a, v in zip(new_adjoint, s_vals)]
                 stats.backward_seconds += time.perf_counter() - t1
                 stats.tape_seconds += t1 - t0
                 stats.taped_steps += stop - start
-                for i, b in p_boxes.items():
-                    gi = found.get(b._node)
-                    if gi is not None:
-                        p_acc[i] = gi if i not in p_acc else p_acc[i] + gi
-                for t, k, b in x_boxes:
-                    gx = found.get(b._node)
-                    if gx is not None:
-                        x_bar[k][t] = gx
-                if s_boxes is not None:
-                    adjoint = [found[b._node] if b._node in found else vspace(v).zeros()
-                               for b, v in zip(s_boxes, s_vals)]
 
             executor.reverse = reverse
             executor.apply(pending)
             executor.run(actions)
             executor.tracker.finish()
+
+            p_cots = [vspace(v).zeros() if a is None else a for a, v in zip(p_acc, p_leaves)]
+            x_cots = [x_bar.get(k) for k in range(len(x_leaves))]
             out = []
             for a in argnums:
                 if a < n_p:
-                    out.append(p_acc[a] if a in p_acc else vspace(p_leaves[a]).zeros())
+                    out.append(groups[0].gather(a, p_cots))
                 elif a < n_p + n_s:
-                    out.append(adjoint[a - n_p])
+                    out.append(groups[1].gather(a - n_p, adjoint))
                 else:
-                    out.append(x_bar[a - n_p - n_s])
+                    out.append(groups[2].gather(a - n_p - n_s, x_cots))
             return tuple(out)
 
         return vjp
 
 
-def _loop_forward(*leaves, call: _Call):
-    return call.loop.forward(call, leaves)
+def _loop_forward(*args, call: _Call):
+    return call.loop.forward(call, args)
 
 
 _loop_primitive = primitive(_loop_forward)

@@ -1,0 +1,1 @@
+"""Benchmarks for bincheck (run as modules, e.g. ``python -m benchmarks.rnn``)."""

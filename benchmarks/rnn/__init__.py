@@ -1,0 +1,1 @@
+"""RNN benchmark: memory saved vs slowdown of checkpointing strategies, against store-all."""

@@ -1,0 +1,134 @@
+"""``python -m benchmarks.rnn``: memory saved vs slowdown of checkpointing strategies.
+
+Quick default (under 2 minutes on 2 cores): tanh and LSTM cells, T=200, H=64, B=16.
+``--full``: the seq_len = 1000, hidden = 256, batch = 32 table of benchmarks/rnn/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from .cells import CELLS
+from .harness import Problem, Run, run_problem
+from .report import csv_bytes, markdown, plot_png, write_atomic
+from .strategies import STRATEGIES
+
+QUICK = dict(cells=["tanh", "lstm"], losses=["final"], seq_len=[200], hidden=64, batch=16,
+             num_ckpts=[5, 10, 20], repeats=3)
+FULL = dict(cells=["tanh", "lstm", "gru"], losses=["final", "per-step"], seq_len=[1000],
+            hidden=256, batch=32, num_ckpts=[10, 20, 50, 100], repeats=3)
+
+
+def _list_of(kind, choices=None):
+    def parse(text: str):
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError("expected a comma-separated list")
+        out = []
+        for item in items:
+            if kind is int:
+                try:
+                    value = int(item)
+                except ValueError:
+                    raise argparse.ArgumentTypeError(f"{item!r} is not an integer") from None
+                if value < 1:
+                    raise argparse.ArgumentTypeError(f"{item!r} is not a positive integer")
+                out.append(value)
+            else:
+                if item not in choices:
+                    raise argparse.ArgumentTypeError(
+                        f"{item!r} is not one of {', '.join(choices)}")
+                out.append(item)
+        return out
+    return parse
+
+
+def _positive(text: str) -> int:
+    return _list_of(int)(text)[0] if "," not in text else \
+        (_ for _ in ()).throw(argparse.ArgumentTypeError(f"expected one integer, got {text!r}"))
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.rnn",
+        description="Gradient memory and time of RNN checkpointing strategies vs store-all. "
+                    "Without options: a quick run (tanh + LSTM, T=200, H=64, B=16).")
+    p.add_argument("--full", action="store_true",
+                   help="the full table: tanh/LSTM/GRU, both losses, T=1000, H=256, B=32, "
+                        "num_ckpts 10,20,50,100")
+    p.add_argument("--cells", type=_list_of(str, list(CELLS)), help="cells, e.g. tanh,lstm,gru")
+    p.add_argument("--loss", type=_list_of(str, ["final", "per-step"]),
+                   help="final (loss on the final state) and/or per-step (with_outputs=True)")
+    p.add_argument("--seq-len", type=_list_of(int), help="sequence lengths, e.g. 200,1000")
+    p.add_argument("--hidden", type=_positive, help="hidden size")
+    p.add_argument("--batch", type=_positive, help="batch size")
+    p.add_argument("--num-ckpts", type=_list_of(int), help="bincheck num_ckpts sweep, e.g. 10,50")
+    p.add_argument("--strategies", type=_list_of(str, list(STRATEGIES)),
+                   help=f"subset of {','.join(STRATEGIES)} (store-all always runs: it is the "
+                        f"reference)")
+    p.add_argument("--repeats", type=_positive, help="timed gradients per run (median; >= 3)")
+    p.add_argument("--seed", type=int, default=0, help="RNG seed for parameters and inputs")
+    p.add_argument("--out", default=os.path.join("benchmarks", "rnn", "out"),
+                   help="output folder for results.csv, results.md, results.png")
+    p.add_argument("--no-rss", action="store_true",
+                   help="skip the memory_profiler RSS measurement (one child process per run)")
+    args = p.parse_args(argv)
+    base = FULL if args.full else QUICK
+    for name in ("cells", "seq_len", "hidden", "batch", "num_ckpts", "repeats"):
+        if getattr(args, name) is None:
+            setattr(args, name, base[name])
+    if args.loss is None:
+        args.loss = base["losses"]
+    if args.strategies is None:
+        args.strategies = list(STRATEGIES)
+    if args.repeats < 3:
+        p.error(f"--repeats must be at least 3 (the time is a median); got {args.repeats}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from tqdm import tqdm
+
+    problems = [Problem(c, loss, T, args.hidden, args.batch, args.seed)
+                for c in args.cells for loss in args.loss for T in args.seq_len]
+    plans = []
+    for prob in problems:
+        runs = [Run(prob, "store-all")]
+        for strategy in args.strategies:
+            if strategy == "bincheck":
+                runs += [Run(prob, "bincheck", s) for s in args.num_ckpts if s <= prob.seq_len]
+            elif strategy != "store-all":
+                runs.append(Run(prob, strategy))
+        plans.append((prob, runs))
+    total = sum(len(runs) + args.repeats for _, runs in plans)
+    rows = []
+    t0 = time.perf_counter()
+    with tqdm(total=total, desc="benchmark", unit="step", file=sys.stderr) as bar:
+        for prob, runs in plans:
+            bar.set_postfix_str(f"{prob.cell} {prob.loss} T={prob.seq_len}")
+            rows += run_problem(prob, runs, args.repeats, not args.no_rss, bar)
+            # write what we have after every problem: an interrupted run keeps whole files
+            write_atomic(os.path.join(args.out, "results.csv"), csv_bytes(rows))
+    table = markdown(rows)
+    write_atomic(os.path.join(args.out, "results.md"), table.encode())
+    png = plot_png(rows)
+    if png is not None:
+        write_atomic(os.path.join(args.out, "results.png"), png)
+    print(table)
+    for r in rows:
+        if r.bookkeeping_pct is not None:
+            print(f"bookkeeping {r.cell}/{r.loss} {r.strategy}"
+                  f"{'' if r.num_ckpts is None else f'(s={r.num_ckpts})'}: "
+                  f"{r.bookkeeping_pct:.1f} % of the gradient's time")
+    failed = [r for r in rows if r.status != "ok"]
+    print(f"\n{len(rows)} runs in {time.perf_counter() - t0:.0f} s; results in {args.out}/"
+          f"{'' if not failed else f'; {len(failed)} FAILED (gradient mismatch)'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

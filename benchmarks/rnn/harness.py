@@ -1,0 +1,229 @@
+"""Runs the benchmark: checks gradients, counts evaluations, measures memory and time.
+
+Per problem (cell, loss, seq_len, hidden, batch) every strategy is built, its gradient is compared
+with store-all's (rtol 1e-8) before anything is timed, and then:
+
+* evaluations: an instrumented step counts plain vs taped calls (``autograd.tracer.isbox``);
+* tracemalloc: peak traced bytes during one gradient, above what was allocated before it;
+* RSS: peak process memory increment during one gradient, by ``memory_profiler``, measured in a
+  fresh child process (a parent's freed-but-kept heap would otherwise hide allocations);
+* wall time: median of ``repeats`` gradients, strategies interleaved round by round.
+
+Every ratio is against store-all measured in the same run.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import time
+import tracemalloc
+from dataclasses import asdict, dataclass, field
+
+import numpy
+from autograd.tracer import isbox
+
+from .cells import CELLS
+from .strategies import build
+
+
+@dataclass(frozen=True)
+class Problem:
+    cell: str
+    loss: str            # "final" or "per-step"
+    seq_len: int
+    hidden: int
+    batch: int
+    seed: int = 0
+
+    def make(self):
+        return CELLS[self.cell].init(self.hidden, self.batch, self.seq_len, self.seed)
+
+
+@dataclass(frozen=True)
+class Run:
+    problem: Problem
+    strategy: str
+    num_ckpts: int | None = None
+
+    @property
+    def label(self) -> str:
+        return self.strategy if self.num_ckpts is None else f"{self.strategy}(s={self.num_ckpts})"
+
+    def build(self, step=None):
+        cell = CELLS[self.problem.cell]
+        params, state0, xs = self.problem.make()
+        built = build(self.strategy, cell, step or cell.fn, state0, xs,
+                      self.problem.loss == "per-step", self.num_ckpts)
+        return built, params
+
+
+@dataclass
+class Row:
+    cell: str
+    loss: str
+    seq_len: int
+    hidden: int
+    batch: int
+    strategy: str
+    num_ckpts: int | None
+    status: str = "ok"
+    time_s: float | None = None
+    slowdown: float | None = None
+    times_s: list = field(default_factory=list)
+    tracemalloc_peak_mib: float | None = None
+    memory_saved_pct: float | None = None
+    rss_peak_mib: float | None = None
+    rss_saved_pct: float | None = None
+    plain_evals: int | None = None
+    taped_evals: int | None = None
+    predicted_plain: int | None = None
+    predicted_taped: int | None = None
+    bookkeeping_pct: float | None = None
+    plain_step_ms: float | None = None
+    taped_step_ms: float | None = None
+
+    def record(self) -> dict:
+        d = asdict(self)
+        d["times_s"] = " ".join(f"{t:.4f}" for t in self.times_s)
+        return d
+
+
+class Counter:
+    """Wraps a step; counts evaluations under autograd's tape vs on plain arrays."""
+
+    def __init__(self, fn):
+        self.fn, self.plain, self.taped = fn, 0, 0
+
+    def __call__(self, params, state, x):
+        if isbox(params) or isbox(state) or any(
+                isbox(v) for v in list(params.values()) + list(
+                    state if isinstance(state, tuple) else (state,))):
+            self.taped += 1
+        else:
+            self.plain += 1
+        return self.fn(params, state, x)
+
+
+def _leaves(g):
+    return [g[k] for k in sorted(g)] if isinstance(g, dict) else list(g)
+
+
+def gradients_agree(g, g_ref, rtol=1e-8) -> str | None:
+    for a, b in zip(_leaves(g), _leaves(g_ref)):
+        scale = numpy.max(numpy.abs(b)) or 1.0
+        if not numpy.allclose(a, b, rtol=rtol, atol=rtol * 1e-3 * scale):
+            err = numpy.max(numpy.abs(a - b) / (numpy.abs(b) + 1e-300))
+            return f"gradient mismatch (max rel err {err:.2e})"
+    return None
+
+
+def tracemalloc_peak(gradient, params) -> float:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        gradient(params)
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+def _rss_child(run: Run, queue) -> None:
+    from memory_profiler import memory_usage
+    built, params = run.build()
+    gc.collect()
+    base = memory_usage(-1, interval=0.005, timeout=0.05, max_usage=True)
+    peak = memory_usage((built.gradient, (params,), {}), interval=0.005, max_usage=True)
+    queue.put(float(peak) - float(base))
+
+
+def rss_peak_mib(run: Run) -> float | None:
+    """Peak RSS increment (MiB) of one gradient, measured in a fresh process."""
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_rss_child, args=(run, queue))
+    proc.start()
+    try:
+        return queue.get(timeout=600)
+    except Exception:
+        return None
+    finally:
+        proc.join(timeout=60)
+        if proc.is_alive():
+            proc.kill()
+
+
+def plain_step_seconds(problem: Problem, reps: int = 50) -> float:
+    cell = CELLS[problem.cell]
+    params, state, xs = problem.make()
+    t0 = time.perf_counter()
+    for t in range(reps):
+        cell.fn(params, state, xs[t % problem.seq_len])
+    return (time.perf_counter() - t0) / reps
+
+
+def run_problem(problem: Problem, runs: list[Run], repeats: int, measure_rss: bool,
+                progress=None) -> list[Row]:
+    """Measure every run of one problem; ``runs[0]`` must be store-all (the reference)."""
+    assert runs[0].strategy == "store-all"
+    rows, builts, params = [], [], None
+    g_ref = None
+    for run in runs:
+        row = Row(problem.cell, problem.loss, problem.seq_len, problem.hidden, problem.batch,
+                  run.strategy, run.num_ckpts)
+        built, params = run.build()
+        g = built.gradient(params)                      # also warms caches up
+        if g_ref is None:
+            g_ref = g
+        else:
+            bad = gradients_agree(g, g_ref)
+            if bad:
+                row.status = "FAILED: " + bad           # reported, never timed
+        row.predicted_plain, row.predicted_taped = built.predicted_plain, built.predicted_taped
+        if row.status == "ok":
+            counter = Counter(CELLS[problem.cell].fn)
+            counted, _ = run.build(counter)
+            counted.gradient(params)
+            row.plain_evals, row.taped_evals = counter.plain, counter.taped
+            row.tracemalloc_peak_mib = tracemalloc_peak(built.gradient, params) / 2**20
+            if measure_rss:
+                row.rss_peak_mib = rss_peak_mib(run)
+        rows.append(row)
+        builts.append(built)
+        if progress is not None:
+            progress.update(1)
+
+    live = [i for i, r in enumerate(rows) if r.status == "ok"]
+    bookkeeping = {i: [] for i in live}
+    for _ in range(repeats):                            # interleaved rounds
+        for i in live:
+            gc.collect()
+            t0 = time.perf_counter()
+            builts[i].gradient(params)
+            wall = time.perf_counter() - t0
+            rows[i].times_s.append(wall)
+            loop = builts[i].loop
+            if loop is not None:
+                st = loop.stats
+                work = st.plain_seconds + st.tape_seconds + st.backward_seconds
+                bookkeeping[i].append((wall - work) / wall)
+                rows[i].taped_step_ms = 1e3 * (st.tape_seconds + st.backward_seconds) / \
+                    max(st.taped_steps, 1)
+        if progress is not None:
+            progress.update(1)
+
+    plain_ms = 1e3 * plain_step_seconds(problem)
+    ref = rows[0]
+    for i in live:
+        r = rows[i]
+        r.time_s = float(numpy.median(r.times_s))
+        r.slowdown = r.time_s / ref.time_s
+        r.memory_saved_pct = 100.0 * (1.0 - r.tracemalloc_peak_mib / ref.tracemalloc_peak_mib)
+        if r.rss_peak_mib is not None and ref.rss_peak_mib:
+            r.rss_saved_pct = 100.0 * (1.0 - r.rss_peak_mib / ref.rss_peak_mib)
+        if bookkeeping[i]:
+            r.bookkeeping_pct = 100.0 * float(numpy.median(bookkeeping[i]))
+        r.plain_step_ms = plain_ms
+    return rows

@@ -1,0 +1,150 @@
+"""Results files: CSV (one row per run), a markdown table, a PNG plot. Written atomically."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import tempfile
+from collections.abc import Iterable
+from dataclasses import fields
+
+from bincheck import plan
+
+from .harness import Row
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write to a temporary file in the same folder, then rename: never a half-written file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def csv_bytes(rows: Iterable[Row]) -> bytes:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=[f.name for f in fields(Row)], lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v)
+                         for k, v in row.record().items()})
+    return buf.getvalue().encode()
+
+
+def _fmt(value, spec, missing="–"):
+    return missing if value is None else format(value, spec)
+
+
+def markdown(rows: list[Row]) -> str:
+    """One table per problem, shaped like the published ones."""
+    out = []
+    problems = []
+    for r in rows:
+        key = (r.cell, r.loss, r.seq_len, r.hidden, r.batch)
+        if key not in problems:
+            problems.append(key)
+    for key in problems:
+        cell, loss, T, H, B = key
+        out.append(f"\n**{cell}, loss on {'every step' if loss == 'per-step' else 'final state'}, "
+                   f"T={T}, H={H}, B={B}, float64, gradient w.r.t. params**\n")
+        out.append("| strategy | num_ckpts | memory saved (tracemalloc) | RSS saved | slowdown "
+                   "| time (s) | plain evals/step measured (predicted) | taped evals/step "
+                   "| bookkeeping |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            if (r.cell, r.loss, r.seq_len, r.hidden, r.batch) != key:
+                continue
+            if r.status != "ok":
+                out.append(f"| {r.strategy} | {_fmt(r.num_ckpts, 'd')} | **{r.status}** "
+                           f"| | | | | | |")
+                continue
+            out.append(
+                f"| {r.strategy} | {_fmt(r.num_ckpts, 'd')} "
+                f"| {r.memory_saved_pct:.1f} % | {_fmt(r.rss_saved_pct, '.1f')} % "
+                f"| {r.slowdown:.2f}× | {r.time_s:.3f} "
+                f"| {r.plain_evals / T:.3f} ({r.predicted_plain / T:.3f}) "
+                f"| {r.taped_evals / T:.3f} ({r.predicted_taped / T:.3f}) "
+                f"| {_fmt(r.bookkeeping_pct, '.1f')}{'' if r.bookkeeping_pct is None else ' %'} |")
+    return "\n".join(out) + "\n"
+
+
+def predicted_curve(rows: list[Row]):
+    """Memory saved vs slowdown predicted for bincheck over num_ckpts, for each problem.
+
+    Time model: the plan's plain evaluations × the measured plain-step cost plus seq_len × the
+    measured cost of a taped step with its backward pass, against store-all's measured time.
+    Memory model: num_ckpts states plus what a bincheck gradient holds whatever num_ckpts is
+    (parameter cotangents, one step's tape), that fixed part fitted from the measured bincheck
+    peaks, against store-all's measured peak.
+    """
+    curves = {}
+    for ref in rows:
+        if ref.strategy != "store-all" or ref.status != "ok":
+            continue
+        key = (ref.cell, ref.loss, ref.seq_len, ref.hidden, ref.batch)
+        ours = [r for r in rows if r.strategy == "bincheck" and r.status == "ok"
+                and (r.cell, r.loss, r.seq_len, r.hidden, r.batch) == key]
+        if not ours:
+            continue
+        T = ref.seq_len
+        state_mib = ref.batch * ref.hidden * 8 * (2 if ref.cell == "lstm" else 1) / 2**20
+        fixed_mib = sum(r.tracemalloc_peak_mib - r.num_ckpts * state_mib for r in ours) / len(ours)
+        taped_ms = sum(r.taped_step_ms for r in ours) / len(ours)
+        xs, ys = [], []
+        for s in sorted({max(2, round(T ** (k / 24))) for k in range(0, 25)}):
+            if s > T:
+                continue
+            p = plan(T, s)
+            t = ((p.plain_steps + 1) * ours[0].plain_step_ms + T * taped_ms) / 1e3
+            mem = s * state_mib + fixed_mib
+            xs.append(t / ref.time_s)
+            ys.append(100.0 * (1.0 - mem / ref.tracemalloc_peak_mib))
+        curves[key] = (xs, ys)
+    return curves
+
+
+def plot_png(rows: list[Row]) -> bytes | None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    markers = {"store-all": "s", "autograd-checkpoint": "x", "sqrt": "^", "bincheck": "o"}
+    colors = {}
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for key, (xs, ys) in predicted_curve(rows).items():
+        colors[key] = palette[len(colors) % len(palette)]
+        ax.plot(xs, ys, "-", color=colors[key], alpha=0.5,
+                label=f"bincheck predicted ({key[0]}, {key[1]})")
+    seen = set()
+    for r in rows:
+        if r.status != "ok":
+            continue
+        key = (r.cell, r.loss, r.seq_len, r.hidden, r.batch)
+        color = colors.setdefault(key, palette[len(colors) % len(palette)])
+        label = f"{r.strategy} ({r.cell}, {r.loss})"
+        ax.plot(r.slowdown, r.memory_saved_pct, markers.get(r.strategy, "o"), color=color,
+                label=None if label in seen else label)
+        seen.add(label)
+        if r.num_ckpts is not None:
+            ax.annotate(f"s={r.num_ckpts}", (r.slowdown, r.memory_saved_pct), fontsize=7,
+                        xytext=(3, -8), textcoords="offset points")
+    ax.set_xlabel("slowdown vs store-all (×)")
+    ax.set_ylabel("peak memory saved vs store-all (%, tracemalloc)")
+    ax.set_title("Memory saved vs slowdown (measured points, predicted curve)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
