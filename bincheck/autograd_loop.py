@@ -77,7 +77,7 @@ class _Sink:
 
 
 def _backward(ends: list, cotangents: list, roots: dict, deliver: Callable) -> None:
-    """Pull ``cotangents`` back from the end nodes to the root nodes of one taped segment.
+    """Pull ``cotangents`` back from the end nodes to the root nodes of one taped segment (once).
 
     ``deliver(roots[node], g)`` is called as soon as a root's cotangent is complete (toposort
     yields a node after all its consumers), so a parameter's contribution can be added into its
@@ -87,14 +87,18 @@ def _backward(ends: list, cotangents: list, roots: dict, deliver: Callable) -> N
         return
     sink = _Sink(ends, cotangents)
     outgrads: dict = {sink: (None, False)}
+    ingrad = None
     for node in toposort(sink):
-        outgrad = outgrads.pop(node)
+        g = outgrads.pop(node)[0]
         where = roots.get(node)
         if where is not None:
-            deliver(where, outgrad[0])
+            deliver(where, g)
             continue
-        for parent, ingrad in zip(node.parents, node.vjp(outgrad[0])):
+        ingrad = None     # drop the previous node's last cotangent before computing new ones
+        for parent, ingrad in zip(node.parents, node.vjp(g)):
             outgrads[parent] = add_outgrads(outgrads.get(parent), ingrad)
+        # The tape is used once: release this node's saved values now, not after the sweep.
+        node.vjp = None
 
 
 def _accumulate(acc: Any, g: Any) -> Any:
