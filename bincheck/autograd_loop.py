@@ -25,6 +25,7 @@ Measured pitfalls this module is shaped around (see DESIGN.md):
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -37,7 +38,8 @@ from autograd.util import toposort
 
 from .executor import Executor
 from .schedule.actions import Reverse
-from .schedule.binomial import Plan
+from .schedule.binomial import Plan, check_positive_int
+from .schedule.online import OnlinePlanner
 from .tree import LEAF, describe, flatten, unflatten
 
 
@@ -179,53 +181,28 @@ class LoopStats:
     backward_seconds: float = 0.0
 
 
-# --------------------------------------------------------------------------- the loop
-class CheckpointedLoop:
-    """``loop(params, init_state, inputs)`` driven by a schedule; see :func:`binomial_checkpoint`.
+# --------------------------------------------------------------------------- the loops
+class _LoopBase:
+    """What every checkpointed loop shares: plain steps with checks, and the VJP.
 
-    ``schedule`` is any object with ``seq_len``, ``first_reverse_start``, ``plain_steps`` and
-    ``__iter__`` yielding actions (:func:`bincheck.plan`, :class:`bincheck.EqualSegments`).
+    A subclass's ``forward(call, args)`` runs the forward on plain values and leaves in
+    ``call.forward`` the executor (holding the snapshots) and the iterable of the remaining
+    actions; ``make_vjp`` replays those actions with taped segments.
     """
 
-    def __init__(self, fn: Callable, schedule: Any, with_outputs: bool = False) -> None:
-        _check_fn(fn, with_outputs)
-        self.plan = schedule
-        self.fn = fn
-        self.seq_len = schedule.seq_len
-        self.with_outputs = with_outputs
-        self.stats = LoopStats()
+    fn: Callable
+    with_outputs: bool = False
 
-    def __repr__(self) -> str:
-        name = getattr(self.fn, "__name__", repr(self.fn))
-        return f"CheckpointedLoop({name}, {self.plan!r}, with_outputs={self.with_outputs})"
-
-    @property
-    def predicted_plain_steps(self) -> int:
-        """Plain evaluations of one gradient: the schedule's, plus the forward's tail to the end."""
-        return self.plan.plain_steps + self.seq_len - self.plan.first_reverse_start
-
-    # ------------------------------------------------------------ entry point
-    def __call__(self, params: Any, init_state: Any, inputs: Any = None) -> Any:
-        self._check_inputs(inputs)
-        trees = (params, init_state, inputs)
+    def _enter(self, trees: tuple) -> Any:
+        """Run plain if nothing is boxed, else through the primitive (returns None for plain)."""
         flat = [flatten(tree) for tree in trees]     # container boxes stay single arguments
         args = [a for leaves, _ in flat for a in leaves]
         if not any(isbox(a) for a in args):
-            # Not being differentiated: just run the loop, keep nothing.
-            return self._run_plain(params, init_state, inputs)
+            return None
         call = _Call(self, [_Group(d, len(leaves)) for leaves, d in flat])
         # Hand back the containers the plain loop returns (a tuple of boxes, not a box of a tuple)
         # so that user code that unpacks or type-checks the result works unchanged.
-        return _open_boxes(_loop_primitive(*args, call=call))
-
-    def _check_inputs(self, inputs: Any) -> None:
-        for leaf in flatten(_values(inputs))[0]:
-            shape = np.shape(leaf)
-            if len(shape) == 0 or shape[0] != self.seq_len:
-                got = "a scalar" if len(shape) == 0 else f"leading length {shape[0]}"
-                raise ValueError(
-                    f"inputs must have leading axis of length seq_len={self.seq_len} "
-                    f"(step t receives inputs[t]); got {got} (shape {shape})")
+        return (_open_boxes(_loop_primitive(*args, call=call)),)
 
     # ------------------------------------------------------------ plain steps
     def _step(self, params, state, x, t: int, s_def, s_shapes, y_shape):
@@ -272,45 +249,6 @@ class CheckpointedLoop:
 
         return advance
 
-    def _run_plain(self, params, init_state, inputs):
-        s_leaves, s_def = flatten(init_state)
-        x_leaves, x_def = flatten(inputs)
-        ys = [] if self.with_outputs else None
-        advance = self._make_advance(params, s_def, [np.shape(v) for v in s_leaves], x_leaves,
-                                     x_def, LoopStats(), ys)
-        state = advance(init_state, 0, self.seq_len)
-        return (state, np.stack(ys)) if self.with_outputs else state
-
-    # ------------------------------------------------------------ primitive forward
-    def forward(self, call: _Call, args: tuple) -> Any:
-        """Run the schedule up to its first ``Reverse`` (the first sweep), then to the end."""
-        groups = call.groups
-        p_args, s_args, x_args = call.split(args)
-        p_leaves, s_leaves, x_leaves = (g.expand(a) for g, a in zip(groups, (p_args, s_args,
-                                                                              x_args)))
-        params = unflatten(groups[0].tree_def, p_leaves)
-        ys = [] if self.with_outputs else None     # each step's output, from the first sweep
-        stats = self.stats = LoopStats()
-        advance = self._make_advance(params, groups[1].tree_def, [np.shape(v) for v in s_leaves],
-                                     x_leaves, groups[2].tree_def, stats, ys)
-        executor = Executor(self.seq_len, advance, None, unflatten(groups[1].tree_def, s_leaves))
-        actions = iter(self.plan)
-        for action in actions:
-            if type(action) is Reverse:
-                break
-            executor.apply(action)
-        final = advance(executor.live, action.start, self.seq_len)
-        if not self.with_outputs:
-            call.forward = (executor, action, actions)
-            return final
-        stacked = np.stack(ys)
-        # Recomputations in the reverse sweep must not collect outputs again.
-        executor.advance = self._make_advance(params, groups[1].tree_def,
-                                              [np.shape(v) for v in s_leaves], x_leaves,
-                                              groups[2].tree_def, stats, None)
-        call.forward = (executor, action, actions)
-        return final, stacked
-
     # ------------------------------------------------------------ VJP
     def make_vjp(self, call: _Call, argnums: tuple, args: tuple) -> Callable:
         """Called by autograd while it builds the node: capture references only."""
@@ -322,9 +260,9 @@ class CheckpointedLoop:
             p_args, s_args, x_args = call.split(args)
             p_leaves, s_leaves, x_leaves = (grp.expand(a) for grp, a in zip(groups, (
                 p_args, s_args, x_args)))
-            if call.forward is None:          # a second VJP call (e.g. jacobian): redo sweep 1
+            if call.forward is None:          # a second VJP call (e.g. jacobian): redo the forward
                 self.forward(call, args)
-            executor, pending, actions = call.forward
+            executor, actions = call.forward
             call.forward = None               # the sweep consumes the snapshots; let them go
             p_def, s_def, x_def = (grp.tree_def for grp in groups)
 
@@ -405,7 +343,6 @@ class CheckpointedLoop:
                 stats.taped_steps += stop - start
 
             executor.reverse = reverse
-            executor.apply(pending)
             executor.run(actions)
             executor.tracker.finish()
 
@@ -422,6 +359,176 @@ class CheckpointedLoop:
             return tuple(out)
 
         return vjp
+
+
+class CheckpointedLoop(_LoopBase):
+    """``loop(params, init_state, inputs)`` driven by a schedule; see :func:`binomial_checkpoint`.
+
+    ``schedule`` is any object with ``seq_len``, ``first_reverse_start``, ``plain_steps`` and
+    ``__iter__`` yielding actions (:func:`bincheck.plan`, :class:`bincheck.EqualSegments`).
+    """
+
+    def __init__(self, fn: Callable, schedule: Any, with_outputs: bool = False) -> None:
+        _check_fn(fn, with_outputs)
+        self.plan = schedule
+        self.fn = fn
+        self.seq_len = schedule.seq_len
+        self.with_outputs = with_outputs
+        self.stats = LoopStats()
+
+    def __repr__(self) -> str:
+        name = getattr(self.fn, "__name__", repr(self.fn))
+        return f"CheckpointedLoop({name}, {self.plan!r}, with_outputs={self.with_outputs})"
+
+    @property
+    def predicted_plain_steps(self) -> int:
+        """Plain evaluations of one gradient: the schedule's, plus the forward's tail to the end."""
+        return self.plan.plain_steps + self.seq_len - self.plan.first_reverse_start
+
+    def __call__(self, params: Any, init_state: Any, inputs: Any = None) -> Any:
+        self._check_inputs(inputs)
+        out = self._enter((params, init_state, inputs))
+        if out is None:             # not being differentiated: just run the loop, keep nothing
+            return self._run_plain(params, init_state, inputs)
+        return out[0]
+
+    def _check_inputs(self, inputs: Any) -> None:
+        for leaf in flatten(_values(inputs))[0]:
+            shape = np.shape(leaf)
+            if len(shape) == 0 or shape[0] != self.seq_len:
+                got = "a scalar" if len(shape) == 0 else f"leading length {shape[0]}"
+                raise ValueError(
+                    f"inputs must have leading axis of length seq_len={self.seq_len} "
+                    f"(step t receives inputs[t]); got {got} (shape {shape})")
+
+    def _run_plain(self, params, init_state, inputs):
+        s_leaves, s_def = flatten(init_state)
+        x_leaves, x_def = flatten(inputs)
+        ys = [] if self.with_outputs else None
+        advance = self._make_advance(params, s_def, [np.shape(v) for v in s_leaves], x_leaves,
+                                     x_def, LoopStats(), ys)
+        state = advance(init_state, 0, self.seq_len)
+        return (state, np.stack(ys)) if self.with_outputs else state
+
+    # ------------------------------------------------------------ primitive forward
+    def forward(self, call: _Call, args: tuple) -> Any:
+        """Run the schedule up to its first ``Reverse`` (the first sweep), then to the end."""
+        groups = call.groups
+        p_args, s_args, x_args = call.split(args)
+        p_leaves, s_leaves, x_leaves = (g.expand(a) for g, a in zip(groups, (p_args, s_args,
+                                                                              x_args)))
+        params = unflatten(groups[0].tree_def, p_leaves)
+        ys = [] if self.with_outputs else None     # each step's output, from the first sweep
+        stats = self.stats = LoopStats()
+        advance = self._make_advance(params, groups[1].tree_def, [np.shape(v) for v in s_leaves],
+                                     x_leaves, groups[2].tree_def, stats, ys)
+        executor = Executor(self.seq_len, advance, None, unflatten(groups[1].tree_def, s_leaves))
+        actions = iter(self.plan)
+        for action in actions:
+            if type(action) is Reverse:
+                break
+            executor.apply(action)
+        final = advance(executor.live, action.start, self.seq_len)
+        if not self.with_outputs:
+            call.forward = (executor, itertools.chain((action,), actions))
+            return final
+        stacked = np.stack(ys)
+        # Recomputations in the reverse sweep must not collect outputs again.
+        executor.advance = self._make_advance(params, groups[1].tree_def,
+                                              [np.shape(v) for v in s_leaves], x_leaves,
+                                              groups[2].tree_def, stats, None)
+        call.forward = (executor, itertools.chain((action,), actions))
+        return final, stacked
+
+
+
+class WhileLoop(_LoopBase):
+    """``run(params, init_state)``: see :func:`checkpointed_while_loop`."""
+
+    def __init__(self, cond_fn: Callable, body_fn: Callable, num_ckpts: int,
+                 max_steps: int | None = None) -> None:
+        if not callable(cond_fn):
+            raise TypeError(f"cond_fn must be callable as cond_fn(params, state) -> bool; "
+                            f"got {cond_fn!r} of type {type(cond_fn).__name__}")
+        if not callable(body_fn):
+            raise TypeError(f"body_fn must be callable as body_fn(params, state) -> new_state; "
+                            f"got {body_fn!r} of type {type(body_fn).__name__}")
+        check_positive_int("num_ckpts", num_ckpts,
+                           " (it counts stored states, the initial one included)")
+        if max_steps is not None:
+            if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 0:
+                raise (TypeError if not isinstance(max_steps, int) or isinstance(max_steps, bool)
+                       else ValueError)(
+                    f"max_steps must be None (unbounded) or a non-negative int; got {max_steps!r}")
+        self.cond_fn, self.body_fn = cond_fn, body_fn
+        self.fn = lambda params, state, x: body_fn(params, state)
+        self.num_ckpts, self.max_steps = num_ckpts, max_steps
+        self.stats = LoopStats()
+        self.num_steps: int | None = None       # steps taken by the last call
+        self.planner: OnlinePlanner | None = None
+
+    def __repr__(self) -> str:
+        names = [getattr(f, "__name__", repr(f)) for f in (self.cond_fn, self.body_fn)]
+        return (f"checkpointed_while_loop({names[0]}, {names[1]}, num_ckpts={self.num_ckpts}, "
+                f"max_steps={self.max_steps})")
+
+    def __call__(self, params: Any, init_state: Any) -> Any:
+        out = self._enter((params, init_state, None))
+        if out is None:             # not being differentiated: just run the loop, keep nothing
+            return self._drive(params, init_state, None)
+        return out[0]
+
+    def _drive(self, params, state, executor):
+        """The while loop on plain values. With an executor, the online planner keeps snapshots.
+
+        The executor's live state is the state before the latest step (the reversal starts from
+        it); ``cur`` is the newest state. When the loop goes on, the planner may store the live
+        state before it moves to ``cur``, which is handed over instead of recomputed.
+        """
+        s_leaves, s_def = flatten(state)
+        s_shapes = [np.shape(v) for v in s_leaves]
+        stats = self.stats = LoopStats()
+        planner = self.planner = OnlinePlanner(self.num_ckpts) if executor is not None else None
+        if executor is not None:
+            handoff = {}
+            executor.advance = lambda live, start, stop: handoff.pop(start)
+            executor.run(planner.start())
+        n, cur = 0, state
+        while self.cond_fn(params, cur):
+            if n == self.max_steps:
+                raise RuntimeError(
+                    f"checkpointed_while_loop: cond_fn is still true after max_steps="
+                    f"{self.max_steps} steps; raise max_steps or pass max_steps=None (unbounded)")
+            if n >= 1 and executor is not None:
+                handoff[n - 1] = cur
+                executor.run(planner.advance(n))
+            t0 = time.perf_counter()
+            cur = self._step(params, cur, None, n, s_def, s_shapes, None)[0]
+            stats.plain_seconds += time.perf_counter() - t0
+            stats.plain_steps += 1
+            n += 1
+        self.num_steps = n
+        return cur, n
+
+    def _run_plain(self, params, init_state, inputs):
+        return self._drive(params, init_state, None)[0]
+
+    def forward(self, call: _Call, args: tuple) -> Any:
+        groups = call.groups
+        p_args, s_args, _ = call.split(args)
+        p_leaves, s_leaves = groups[0].expand(p_args), groups[1].expand(s_args)
+        groups[2].expand([])
+        params = unflatten(groups[0].tree_def, p_leaves)
+        state0 = unflatten(groups[1].tree_def, s_leaves)
+        executor = Executor(None, None, None, state0)
+        final, n = self._drive(params, state0, executor)
+        # Re-advances in the reverse sweep are ordinary plain steps.
+        executor.advance = self._make_advance(params, groups[1].tree_def,
+                                              [np.shape(v) for v in s_leaves], [],
+                                              groups[2].tree_def, self.stats, None)
+        executor.tracker.end_forward(n)
+        call.forward = (executor, self.planner.reverse(n))
+        return final
 
 
 def _loop_forward(*args, call: _Call):
@@ -454,3 +561,17 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int,
     """
     _check_fn(fn, with_outputs)
     return CheckpointedLoop(fn, Plan(seq_len, num_ckpts), with_outputs)
+
+
+def checkpointed_while_loop(cond_fn: Callable, body_fn: Callable, num_ckpts: int,
+                            max_steps: int | None = None) -> WhileLoop:
+    """A ``while cond_fn(params, state): state = body_fn(params, state)`` loop, differentiable with
+    at most ``num_ckpts`` stored states (the initial one included) whatever its length.
+
+    ``run = checkpointed_while_loop(cond_fn, body_fn, num_ckpts)``; ``run(params, init_state)``
+    returns the final state. ``cond_fn`` is evaluated on plain values and not differentiated.
+    Snapshots are placed online (see :mod:`bincheck.schedule.online`); each step runs once in the
+    forward. ``max_steps=None`` means unbounded; otherwise a loop whose ``cond_fn`` is still true
+    after ``max_steps`` steps raises RuntimeError. ``run.num_steps`` is the last call's length.
+    """
+    return WhileLoop(cond_fn, body_fn, num_ckpts, max_steps)

@@ -84,16 +84,19 @@ def split(l: int, s: int) -> int:
     return min(max(1, beta(s, k - 1), l - beta(s - 1, k + 1)), l - 1)
 
 
-def binomial_actions(l: int, s: int) -> Iterator[Action]:
+def binomial_actions(l: int, s: int, offset: int = 0, stored: bool = False) -> Iterator[Action]:
     """Yield the optimal schedule reversing ``l`` steps with ``s`` slots, lazily.
 
-    The work list replaces recursion so that ``s >= l`` (one frame per stored state) cannot hit
-    Python's recursion limit. Frames: ``("rev", lo, hi, s)`` reverses ``[lo, hi)`` with the live
-    state at ``lo`` and ``lo`` stored; ``("left", lo, mid, s)`` first frees ``mid`` and restores
-    ``lo``, then reverses ``[lo, mid)``.
+    Indices start at ``offset``. With ``stored=True`` the caller has already stored state
+    ``offset`` (and made it live) and frees it itself, as when reversing one segment of a longer
+    loop. The work list replaces recursion so that ``s >= l`` (one frame per stored state) cannot
+    hit Python's recursion limit. Frames: ``("rev", lo, hi, s)`` reverses ``[lo, hi)`` with the
+    live state at ``lo`` and ``lo`` stored; ``("left", lo, mid, s)`` first frees ``mid`` and
+    restores ``lo``, then reverses ``[lo, mid)``.
     """
-    yield Snapshot(0)
-    work = [("rev", 0, l, s)]
+    if not stored:
+        yield Snapshot(offset)
+    work = [("rev", offset, offset + l, s)]
     while work:
         kind, lo, hi, slots = work.pop()
         if kind == "left":
@@ -116,7 +119,8 @@ def binomial_actions(l: int, s: int) -> Iterator[Action]:
             yield Snapshot(mid)
             work.append(("left", lo, mid, slots))
             work.append(("rev", mid, hi, slots - 1))
-    yield Free(0)
+    if not stored:
+        yield Free(offset)
 
 
 def peak_slots(l: int, s: int) -> int:

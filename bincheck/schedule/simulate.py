@@ -31,7 +31,8 @@ class Tracker:
     __slots__ = ("seq_len", "live_index", "stored", "adjoint_index", "peak_slots",
                  "plain_steps", "taped_steps", "reversed")
 
-    def __init__(self, seq_len: int, record: bool = False) -> None:
+    def __init__(self, seq_len: int | None, record: bool = False) -> None:
+        # seq_len None: the length is not known yet (online schedules); see end_forward.
         self.seq_len = seq_len
         self.live_index = 0
         self.stored: set[int] = set()
@@ -45,7 +46,8 @@ class Tracker:
         kind = type(action)
         if kind is Advance:
             start, stop = action.start, action.stop
-            if start != self.live_index or not start <= stop <= self.seq_len:
+            if start != self.live_index or stop < start or (
+                    self.seq_len is not None and stop > self.seq_len):
                 self._fail(action, f"the live state is {self._live_name()}")
             self.plain_steps += stop - start
             self.live_index = stop
@@ -77,6 +79,14 @@ class Tracker:
             self.stored.remove(action.index)
         else:
             raise ScheduleError(f"unknown action {action!r}")
+
+    def end_forward(self, seq_len: int) -> None:
+        """An online stream's loop has stopped after ``seq_len`` steps: the adjoint starts there."""
+        if self.seq_len is not None and self.seq_len != seq_len:
+            raise ScheduleError(f"the stream was planned for {self.seq_len} steps, not {seq_len}")
+        if self.adjoint_index is not None and self.adjoint_index != seq_len:
+            raise ScheduleError("end_forward after the reverse sweep began")
+        self.seq_len = self.adjoint_index = seq_len
 
     def finish(self) -> None:
         """Check that the stream reversed everything and left nothing stored."""
