@@ -44,18 +44,6 @@ from .tree import LEAF, describe, flatten, unflatten
 
 
 # --------------------------------------------------------------------------- helpers
-def _open_boxes(tree: Any) -> Any:
-    """A container box (autograd's box of a whole tuple/list/dict) as a container of boxes."""
-    t = type(tree)
-    if t is SequenceBox:
-        kind = type(tree._value)
-        items = [_open_boxes(tree[i]) for i in range(len(tree._value))]
-        return kind(*items) if hasattr(kind, "_fields") else kind(items)
-    if t is DictBox:
-        return {k: _open_boxes(tree[k]) for k in tree._value}
-    return tree
-
-
 def _values(tree: Any) -> Any:
     """The tree with container boxes replaced by their values (for shape checks only)."""
     t = type(tree)
@@ -113,6 +101,19 @@ def _accumulate(acc: Any, g: Any) -> Any:
     return acc + g
 
 
+def _differentiable(value: Any) -> bool:
+    """Float or complex leaves are traced; integer leaves (step counters, indices) are not."""
+    if isinstance(value, (float, complex)):
+        return True
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and dtype.kind in "fc"
+
+
+def _zeros(value: Any) -> Any:
+    """The zero cotangent of a state leaf; None for an integer leaf (it has none)."""
+    return vspace(value).zeros() if _differentiable(value) else None
+
+
 def _check_fn(fn: Any, with_outputs: Any) -> None:
     if not callable(fn):
         raise TypeError(f"fn must be callable as fn(params, state, x) -> new_state; "
@@ -153,11 +154,39 @@ class _Group:
 class _Call:
     """Everything one call of a loop needs, shared by the primitive's forward and its VJP maker."""
 
-    __slots__ = ("loop", "groups", "forward")
+    __slots__ = ("loop", "groups", "forward", "out_leaves")
 
     def __init__(self, loop, groups) -> None:
         self.loop, self.groups = loop, groups
-        self.forward = None      # (executor, pending Reverse, rest of the actions), until used
+        self.forward = None      # (executor, the remaining actions), until the VJP uses them
+        self.out_leaves = None   # the final state's leaves; integer ones stay out of the tape
+
+    def pack(self, out) -> tuple:
+        """The primitive's output: the final state's float leaves (and ys), as a flat tuple.
+
+        A flat tuple of arrays is what autograd handles best; integer leaves (counters) cannot be
+        boxed at all, so they travel beside the primitive and :meth:`unpack` puts them back.
+        """
+        final, ys = out if self.loop.with_outputs else (out, None)
+        leaves = flatten(final)[0]
+        self.out_leaves = leaves
+        packed = tuple(v for v in leaves if _differentiable(v))
+        return packed + (ys,) if self.loop.with_outputs else packed
+
+    def unpack(self, packed) -> Any:
+        items = list(packed)
+        ys = items.pop() if self.loop.with_outputs else None
+        it = iter(items)
+        leaves = [next(it) if _differentiable(v) else v for v in self.out_leaves]
+        final = unflatten(self.groups[1].tree_def, leaves)
+        return (final, ys) if self.loop.with_outputs else final
+
+    def state_cotangent(self, g) -> tuple[list, Any]:
+        """Split the cotangent of :meth:`pack`'s tuple into per-leaf state cotangents and ys'."""
+        items = list(g)
+        g_ys = items.pop() if self.loop.with_outputs else None
+        it = iter(items)
+        return [next(it) if _differentiable(v) else None for v in self.out_leaves], g_ys
 
     def split(self, args):
         n_p, n_s = self.groups[0].n_args, self.groups[1].n_args
@@ -171,11 +200,13 @@ class LoopStats:
     ``plain_steps`` / ``taped_steps`` count ``fn`` evaluations; the times are seconds spent in
     plain steps, in taped steps (building the tape) and in backward passes over those tapes
     (including adding each step's parameter cotangent into the total). Whatever else a gradient
-    costs is bookkeeping (planning, executor, pytree handling).
+    costs is bookkeeping (planning, executor, pytree handling). ``peak_snapshots`` is the most
+    states the schedule stored at once (the working state not counted, as in Revolve).
     """
 
     plain_steps: int = 0
     taped_steps: int = 0
+    peak_snapshots: int = 0
     plain_seconds: float = 0.0
     tape_seconds: float = 0.0
     backward_seconds: float = 0.0
@@ -202,7 +233,8 @@ class _LoopBase:
         call = _Call(self, [_Group(d, len(leaves)) for leaves, d in flat])
         # Hand back the containers the plain loop returns (a tuple of boxes, not a box of a tuple)
         # so that user code that unpacks or type-checks the result works unchanged.
-        return (_open_boxes(_loop_primitive(*args, call=call)),)
+        packed = _loop_primitive(*args, call=call)
+        return (call.unpack([packed[i] for i in range(len(packed._value))]),)
 
     # ------------------------------------------------------------ plain steps
     def _step(self, params, state, x, t: int, s_def, s_shapes, y_shape):
@@ -279,8 +311,7 @@ class _LoopBase:
             s_want = bool(wanted(1, n_p))
             x_want = wanted(2, n_p + n_s)
 
-            g_state, g_ys = g if with_outputs else (g, None)
-            adjoint = flatten(g_state)[0]
+            adjoint, g_ys = call.state_cotangent(g)
             p_acc: list = [None] * len(p_leaves)
             x_bar = {k: vspace(x_leaves[k]).zeros() for k in x_want}
             stats = self.stats
@@ -313,8 +344,8 @@ class _LoopBase:
                     params = unflatten(p_def, p_vals)
                     s_vals = flatten(state)[0]
                     box_state = start > 0 or s_want
-                    st = unflatten(s_def, [box(v, ("s", j)) for j, v in enumerate(s_vals)]
-                                   if box_state else s_vals)
+                    st = unflatten(s_def, [box(v, ("s", j)) if box_state and _differentiable(v)
+                                           else v for j, v in enumerate(s_vals)])
                     ends, cots = [], []
                     for t in range(start, stop):
                         xs = [leaf[t] for leaf in x_leaves]
@@ -329,14 +360,14 @@ class _LoopBase:
                         else:
                             st = out
                     for leaf, a in zip(flatten(st)[0], adjoint):
-                        if isbox(leaf) and leaf._trace == trace:
+                        if isbox(leaf) and leaf._trace == trace and a is not None:
                             ends.append(leaf._node)
                             cots.append(a)
                 t1 = time.perf_counter()
                 new_adjoint = [None] * len(s_vals)
                 _backward(ends, cots, roots, deliver)
                 if box_state:
-                    adjoint = [vspace(v).zeros() if a is None else a
+                    adjoint = [_zeros(v) if a is None else a
                                for a, v in zip(new_adjoint, s_vals)]
                 stats.backward_seconds += time.perf_counter() - t1
                 stats.tape_seconds += t1 - t0
@@ -345,6 +376,7 @@ class _LoopBase:
             executor.reverse = reverse
             executor.run(actions)
             executor.tracker.finish()
+            stats.peak_snapshots = executor.tracker.peak_slots
 
             p_cots = [vspace(v).zeros() if a is None else a for a, v in zip(p_acc, p_leaves)]
             x_cots = [x_bar.get(k) for k in range(len(x_leaves))]
@@ -475,7 +507,7 @@ class WhileLoop(_LoopBase):
     def __call__(self, params: Any, init_state: Any) -> Any:
         out = self._enter((params, init_state, None))
         if out is None:             # not being differentiated: just run the loop, keep nothing
-            return self._drive(params, init_state, None)
+            return self._drive(params, init_state, None)[0]
         return out[0]
 
     def _drive(self, params, state, executor):
@@ -510,9 +542,6 @@ class WhileLoop(_LoopBase):
         self.num_steps = n
         return cur, n
 
-    def _run_plain(self, params, init_state, inputs):
-        return self._drive(params, init_state, None)[0]
-
     def forward(self, call: _Call, args: tuple) -> Any:
         groups = call.groups
         p_args, s_args, _ = call.split(args)
@@ -532,7 +561,7 @@ class WhileLoop(_LoopBase):
 
 
 def _loop_forward(*args, call: _Call):
-    return call.loop.forward(call, args)
+    return call.pack(call.loop.forward(call, args))
 
 
 _loop_primitive = primitive(_loop_forward)
