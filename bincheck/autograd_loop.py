@@ -478,7 +478,7 @@ class WhileLoop(_LoopBase):
     """``run(params, init_state)``: see :func:`checkpointed_while_loop`."""
 
     def __init__(self, cond_fn: Callable, body_fn: Callable, num_ckpts: int,
-                 max_steps: int | None = None) -> None:
+                 max_steps: int | None = None, planner: Callable | None = None) -> None:
         if not callable(cond_fn):
             raise TypeError(f"cond_fn must be callable as cond_fn(params, state) -> bool; "
                             f"got {cond_fn!r} of type {type(cond_fn).__name__}")
@@ -497,7 +497,10 @@ class WhileLoop(_LoopBase):
         self.num_ckpts, self.max_steps = num_ckpts, max_steps
         self.stats = LoopStats()
         self.num_steps: int | None = None       # steps taken by the last call
-        self.planner: OnlinePlanner | None = None
+        # A factory of online planners (see bincheck.schedule.online); the default places
+        # num_ckpts snapshots with binomial quality.
+        self.make_planner = planner or (lambda: OnlinePlanner(num_ckpts))
+        self.planner = None
 
     def __repr__(self) -> str:
         names = [getattr(f, "__name__", repr(f)) for f in (self.cond_fn, self.body_fn)]
@@ -520,7 +523,7 @@ class WhileLoop(_LoopBase):
         s_leaves, s_def = flatten(state)
         s_shapes = [np.shape(v) for v in s_leaves]
         stats = self.stats = LoopStats()
-        planner = self.planner = OnlinePlanner(self.num_ckpts) if executor is not None else None
+        planner = self.planner = self.make_planner() if executor is not None else None
         if executor is not None:
             handoff = {}
             executor.advance = lambda live, start, stop: handoff.pop(start)

@@ -127,3 +127,22 @@ def test_zero_steps():
     _, tracker, actions = drive(3, 0)
     assert actions == [Snapshot(0), Free(0)]
     assert tracker.plain_steps == tracker.taped_steps == 0
+
+
+def test_every_k_planner_streams():
+    from bincheck.schedule.online import EveryKPlanner
+    for k in (1, 3, 10):
+        for n in (0, 1, 2, 9, 10, 11, 31):
+            planner, tracker = EveryKPlanner(k), Tracker(None, record=True)
+            for a in planner.start():
+                tracker.apply(a)
+            for m in range(1, n):
+                for a in planner.advance(m):
+                    tracker.apply(a)
+            tracker.end_forward(n)
+            for a in planner.reverse(n):
+                tracker.apply(a)
+            tracker.finish()
+            assert tracker.reversed == list(range(n - 1, -1, -1))
+            assert tracker.plain_steps == max(n - 1, 0)          # the forward's hand-offs only
+            assert tracker.peak_slots == len(range(0, max(n - 1, 1), k))

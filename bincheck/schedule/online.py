@@ -36,7 +36,7 @@ from .actions import Action, Advance, Free, Restore, Reverse, Snapshot
 from .binomial import binomial_actions, check_positive_int, optimal_plain_steps
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=4096)
 def _t(l: int, s: int) -> int:
     """t(l, s), with t(0, s) = 0 (nothing left to reverse)."""
     return optimal_plain_steps(l, s) if l > 0 else 0
@@ -143,4 +143,40 @@ class OnlinePlanner:
             if hi > lo:
                 yield Restore(lo)
                 yield from binomial_actions(hi - lo, s - j, offset=lo, stored=True)
+            yield Free(lo)
+
+
+class EveryKPlanner:
+    """Store every ``k``-th state, reverse each segment under one tape (no recomputation chains).
+
+    The one-level (sqrt) scheme of bounded while loops in JAX: with ``k = ceil(sqrt(max_steps))``
+    memory is ``n/k`` states plus a ``k``-step tape. Same protocol as :class:`OnlinePlanner`; used
+    as a baseline by ``benchmarks/while_loop``. Its snapshot count grows with ``n``.
+    """
+
+    def __init__(self, k: int) -> None:
+        self.k = check_positive_int("k", k)
+        self.snaps: list[int] = [0]
+
+    def start(self) -> Iterator[Action]:
+        yield Snapshot(0)
+
+    def advance(self, n: int) -> Iterator[Action]:
+        if (n - 1) % self.k == 0 and n - 1 > self.snaps[-1]:
+            self.snaps.append(n - 1)
+            yield Snapshot(n - 1)
+        yield Advance(n - 1, n)
+
+    def predicted_reverse_steps(self, n: int) -> int:
+        return 0                                # segments are taped from their first state
+
+    def reverse(self, n: int) -> Iterator[Action]:
+        if n == 0:
+            yield Free(0)
+            return
+        ends = self.snaps[1:] + [n]
+        for j in range(len(self.snaps) - 1, -1, -1):
+            lo, hi = self.snaps[j], ends[j]
+            yield Restore(lo)
+            yield Reverse(lo, hi)
             yield Free(lo)

@@ -1,0 +1,1 @@
+"""While-loop benchmark (python -m benchmarks.while_loop)."""
