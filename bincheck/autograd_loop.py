@@ -32,7 +32,10 @@ from typing import Any, Callable
 
 import numpy as np
 from autograd.builtins import DictBox, SequenceBox
-from autograd.core import VJPNode, add_outgrads, defvjp_argnums, vspace
+from autograd.core import (JVPNode, VJPNode, add_outgrads, defjvp_argnums, defvjp_argnums,
+                           vspace)
+from autograd.builtins import tuple as ag_tuple
+from autograd.core import make_vjp as _make_vjp
 from autograd.tracer import isbox, new_box, primitive, trace_stack
 from autograd.util import toposort
 
@@ -154,12 +157,13 @@ class _Group:
 class _Call:
     """Everything one call of a loop needs, shared by the primitive's forward and its VJP maker."""
 
-    __slots__ = ("loop", "groups", "forward", "out_leaves")
+    __slots__ = ("loop", "groups", "forward", "out_leaves", "n")
 
     def __init__(self, loop, groups) -> None:
         self.loop, self.groups = loop, groups
         self.forward = None      # (executor, the remaining actions), until the VJP uses them
         self.out_leaves = None   # the final state's leaves; integer ones stay out of the tape
+        self.n = None            # number of steps this call ran
 
     def pack(self, out) -> tuple:
         """The primitive's output: the final state's float leaves (and ys), as a flat tuple.
@@ -281,116 +285,199 @@ class _LoopBase:
 
         return advance
 
+    # ------------------------------------------------------------ tangent loop (higher order)
+    def derivative_loop(self, call: _Call) -> "CheckpointedLoop":
+        """The loop over f~ (a step and its JVP), with this call's length and checkpoint budget."""
+        return CheckpointedLoop(_TangentStep(self.fn, self.with_outputs),
+                                self.derivative_schedule(call), self.with_outputs)
+
+    def _tangent_inputs(self, call: _Call, z_args, tangents: dict):
+        """(P, S, X) of the tangent loop: each of params/state/inputs paired with its tangent.
+
+        Unperturbed params and inputs get ZERO leaves (no work, no buffers); the state tangent is
+        dense (zeros) because the step makes it non-zero as soon as anything is perturbed.
+        """
+        trees, offset = [], 0
+        for gi, grp in enumerate(call.groups):
+            vals = list(z_args[offset:offset + grp.n_args])
+            tans, any_tangent = [], False
+            for k, v in enumerate(vals):
+                t = tangents.get(offset + k)
+                if t is None:
+                    leaves, d = flatten(v)
+                    t = unflatten(d, [(_zeros(l) if _differentiable(l) else ZERO) if gi == 1
+                                      else ZERO for l in leaves])
+                else:
+                    any_tangent = True
+                tans.append(t)
+            tree, ttree = unflatten(grp.arg_def, vals), unflatten(grp.arg_def, tans)
+            trees.append((tree, ttree if gi != 2 or any_tangent else None))
+            offset += grp.n_args
+        return trees
+
+    def _tangent_outputs(self, call: _Call, P, S, X) -> tuple:
+        """Run the tangent loop: ((final state, its tangent), stacked (y, y.) or None)."""
+        if call.n == 0:                          # a while loop that took no step
+            return S, None
+        out = self.derivative_loop(call)(P, S, X)
+        return out if self.with_outputs else (out, None)
+
+    def tangent(self, call: _Call, argnums: tuple, gs: tuple, args: tuple) -> tuple:
+        """Forward mode: the output tangent (in the primitive's packed form) along ``gs``."""
+        P, S, X = self._tangent_inputs(call, args, dict(zip(argnums, gs)))
+        (final, dfinal), ys2 = self._tangent_outputs(call, P, S, X)
+        packed = tuple(t for t, v in zip(flatten(dfinal)[0], call.out_leaves)
+                       if _differentiable(v))
+        return packed + (ys2[:, 1],) if self.with_outputs else packed
+
+    def tangent_vjp(self, call: _Call, z_args, tangents: dict, wrt, gdot: dict | None,
+                    g_args) -> dict:
+        """grad over z[wrt] of <(g., g), F~(z; z.)> (g. = 0 when gdot is None), as {argnum: ...}.
+
+        ``g_args`` is the loop's packed output cotangent g, ``gdot`` its tangent by packed index.
+        """
+        def F(*zsel):
+            zz = list(z_args)
+            for a, v in zip(wrt, zsel):
+                zz[a] = v
+            (final, dfinal), ys2 = self._tangent_outputs(call, *self._tangent_inputs(
+                call, zz, tangents))
+            mask = [_differentiable(v) for v in call.out_leaves]
+            leaves = [v for v, m in zip(flatten(final)[0], mask) if m] + \
+                [v for v, m in zip(flatten(dfinal)[0], mask) if m]
+            return ag_tuple(leaves + ([ys2] if self.with_outputs else []))
+
+        vjp, out = _make_vjp(lambda zs: F(*zs), tuple(z_args[a] for a in wrt))
+        n_float = sum(_differentiable(v) for v in call.out_leaves)
+        g_items = list(g_args)
+        gd_items = [None] * len(g_items)
+        for i, v in (gdot or {}).items():
+            gd_items[i] = v
+        zero = lambda i: vspace(out[i]).zeros()
+        cot = [gd_items[i] if gd_items[i] is not None else zero(i) for i in range(n_float)] + \
+              [g_items[i] for i in range(n_float)]
+        if self.with_outputs:
+            g_ys = g_items[n_float]
+            gd_ys = gd_items[n_float] if gd_items[n_float] is not None else vspace(g_ys).zeros()
+            cot.append(_interleave(gd_ys, g_ys))
+        return dict(zip(wrt, vjp(tuple(cot))))
+
     # ------------------------------------------------------------ VJP
     def make_vjp(self, call: _Call, argnums: tuple, args: tuple) -> Callable:
-        """Called by autograd while it builds the node: capture references only."""
+        """Called by autograd while it builds the node: capture references only.
+
+        The sweep itself is another primitive, so that an outer trace (grad of grad, jvp of grad)
+        differentiates it with its own checkpointed rules instead of taping every step of it.
+        """
+        vcall = _VJPCall(call, argnums, len(args))
+        return lambda g: _vjp_primitive(*args, *g, call=vcall)
+
+    def reverse_sweep(self, call: _Call, argnums: tuple, args: tuple, g: tuple) -> tuple:
+        """The reverse sweep on plain values: cotangents of ``argnums`` for output cotangent g."""
         fn, with_outputs = self.fn, self.with_outputs
         groups = call.groups
         n_p, n_s = groups[0].n_args, groups[1].n_args
+        p_args, s_args, x_args = call.split(args)
+        p_leaves, s_leaves, x_leaves = (grp.expand(a) for grp, a in zip(groups, (
+            p_args, s_args, x_args)))
+        if call.forward is None:          # a second VJP call (e.g. jacobian): redo the forward
+            self.forward(call, args)
+        executor, actions = call.forward
+        call.forward = None               # the sweep consumes the snapshots; let them go
+        p_def, s_def, x_def = (grp.tree_def for grp in groups)
 
-        def vjp(g):
-            p_args, s_args, x_args = call.split(args)
-            p_leaves, s_leaves, x_leaves = (grp.expand(a) for grp, a in zip(groups, (
-                p_args, s_args, x_args)))
-            if call.forward is None:          # a second VJP call (e.g. jacobian): redo the forward
-                self.forward(call, args)
-            executor, actions = call.forward
-            call.forward = None               # the sweep consumes the snapshots; let them go
-            p_def, s_def, x_def = (grp.tree_def for grp in groups)
+        # Which array leaves need a cotangent.
+        def wanted(group_index, offset):
+            grp, out = groups[group_index], []
+            for k in range(grp.n_args):
+                if offset + k in argnums:
+                    lo, hi, _ = grp.spans[k]
+                    out += range(lo, hi)
+            return out
 
-            # Which array leaves need a cotangent.
-            def wanted(group_index, offset):
-                grp, out = groups[group_index], []
-                for k in range(grp.n_args):
-                    if offset + k in argnums:
-                        lo, hi, _ = grp.spans[k]
-                        out += range(lo, hi)
-                return out
+        p_want = wanted(0, 0)
+        s_want = bool(wanted(1, n_p))
+        x_want = wanted(2, n_p + n_s)
 
-            p_want = wanted(0, 0)
-            s_want = bool(wanted(1, n_p))
-            x_want = wanted(2, n_p + n_s)
+        adjoint, g_ys = call.state_cotangent(g)
+        p_acc: list = [None] * len(p_leaves)
+        x_bar = {k: vspace(x_leaves[k]).zeros() for k in x_want}
+        stats = self.stats
+        new_adjoint: list = []
 
-            adjoint, g_ys = call.state_cotangent(g)
-            p_acc: list = [None] * len(p_leaves)
-            x_bar = {k: vspace(x_leaves[k]).zeros() for k in x_want}
-            stats = self.stats
-            new_adjoint: list = []
+        def deliver(where, cot):
+            kind, key = where
+            if kind == "p":
+                p_acc[key] = _accumulate(p_acc[key], cot)
+            elif kind == "s":
+                new_adjoint[key] = cot
+            else:
+                t, k = key
+                x_bar[k][t] = cot
 
-            def deliver(where, cot):
-                kind, key = where
-                if kind == "p":
-                    p_acc[key] = _accumulate(p_acc[key], cot)
-                elif kind == "s":
-                    new_adjoint[key] = cot
-                else:
-                    t, k = key
-                    x_bar[k][t] = cot
+        def reverse(state, start, stop):
+            nonlocal adjoint, new_adjoint
+            t0 = time.perf_counter()
+            roots: dict = {}
+            with trace_stack.new_trace() as trace:
 
-            def reverse(state, start, stop):
-                nonlocal adjoint, new_adjoint
-                t0 = time.perf_counter()
-                roots: dict = {}
-                with trace_stack.new_trace() as trace:
+                def box(value, where):
+                    node = VJPNode.new_root()
+                    roots[node] = where
+                    return new_box(value, trace, node)
 
-                    def box(value, where):
-                        node = VJPNode.new_root()
-                        roots[node] = where
-                        return new_box(value, trace, node)
+                p_vals = list(p_leaves)
+                for i in p_want:
+                    p_vals[i] = box(p_vals[i], ("p", i))
+                params = unflatten(p_def, p_vals)
+                s_vals = flatten(state)[0]
+                box_state = start > 0 or s_want
+                st = unflatten(s_def, [box(v, ("s", j)) if box_state and _differentiable(v)
+                                       else v for j, v in enumerate(s_vals)])
+                ends, cots = [], []
+                for t in range(start, stop):
+                    xs = [leaf[t] for leaf in x_leaves]
+                    for k in x_want:
+                        xs[k] = box(xs[k], ("x", (t, k)))
+                    out = fn(params, st, unflatten(x_def, xs))
+                    if with_outputs:
+                        st, y = out
+                        if isbox(y) and y._trace == trace:
+                            ends.append(y._node)
+                            cots.append(g_ys[t])
+                    else:
+                        st = out
+                for leaf, a in zip(flatten(st)[0], adjoint):
+                    if isbox(leaf) and leaf._trace == trace and a is not None:
+                        ends.append(leaf._node)
+                        cots.append(a)
+            t1 = time.perf_counter()
+            new_adjoint = [None] * len(s_vals)
+            _backward(ends, cots, roots, deliver)
+            if box_state:
+                adjoint = [_zeros(v) if a is None else a
+                           for a, v in zip(new_adjoint, s_vals)]
+            stats.backward_seconds += time.perf_counter() - t1
+            stats.tape_seconds += t1 - t0
+            stats.taped_steps += stop - start
 
-                    p_vals = list(p_leaves)
-                    for i in p_want:
-                        p_vals[i] = box(p_vals[i], ("p", i))
-                    params = unflatten(p_def, p_vals)
-                    s_vals = flatten(state)[0]
-                    box_state = start > 0 or s_want
-                    st = unflatten(s_def, [box(v, ("s", j)) if box_state and _differentiable(v)
-                                           else v for j, v in enumerate(s_vals)])
-                    ends, cots = [], []
-                    for t in range(start, stop):
-                        xs = [leaf[t] for leaf in x_leaves]
-                        for k in x_want:
-                            xs[k] = box(xs[k], ("x", (t, k)))
-                        out = fn(params, st, unflatten(x_def, xs))
-                        if with_outputs:
-                            st, y = out
-                            if isbox(y) and y._trace == trace:
-                                ends.append(y._node)
-                                cots.append(g_ys[t])
-                        else:
-                            st = out
-                    for leaf, a in zip(flatten(st)[0], adjoint):
-                        if isbox(leaf) and leaf._trace == trace and a is not None:
-                            ends.append(leaf._node)
-                            cots.append(a)
-                t1 = time.perf_counter()
-                new_adjoint = [None] * len(s_vals)
-                _backward(ends, cots, roots, deliver)
-                if box_state:
-                    adjoint = [_zeros(v) if a is None else a
-                               for a, v in zip(new_adjoint, s_vals)]
-                stats.backward_seconds += time.perf_counter() - t1
-                stats.tape_seconds += t1 - t0
-                stats.taped_steps += stop - start
+        executor.reverse = reverse
+        executor.run(actions)
+        executor.tracker.finish()
+        stats.peak_snapshots = executor.tracker.peak_slots
 
-            executor.reverse = reverse
-            executor.run(actions)
-            executor.tracker.finish()
-            stats.peak_snapshots = executor.tracker.peak_slots
-
-            p_cots = [vspace(v).zeros() if a is None else a for a, v in zip(p_acc, p_leaves)]
-            x_cots = [x_bar.get(k) for k in range(len(x_leaves))]
-            out = []
-            for a in argnums:
-                if a < n_p:
-                    out.append(groups[0].gather(a, p_cots))
-                elif a < n_p + n_s:
-                    out.append(groups[1].gather(a - n_p, adjoint))
-                else:
-                    out.append(groups[2].gather(a - n_p - n_s, x_cots))
-            return tuple(out)
-
-        return vjp
+        p_cots = [_zeros(v) if a is None and i in p_want else a
+                  for i, (a, v) in enumerate(zip(p_acc, p_leaves))]
+        x_cots = [x_bar.get(k) for k in range(len(x_leaves))]
+        out = []
+        for a in argnums:
+            if a < n_p:
+                out.append(groups[0].gather(a, p_cots))
+            elif a < n_p + n_s:
+                out.append(groups[1].gather(a - n_p, adjoint))
+            else:
+                out.append(groups[2].gather(a - n_p - n_s, x_cots))
+        return tuple(out)
 
 
 class CheckpointedLoop(_LoopBase):
@@ -426,6 +513,8 @@ class CheckpointedLoop(_LoopBase):
 
     def _check_inputs(self, inputs: Any) -> None:
         for leaf in flatten(_values(inputs))[0]:
+            if leaf is ZERO:
+                continue
             shape = np.shape(leaf)
             if len(shape) == 0 or shape[0] != self.seq_len:
                 got = "a scalar" if len(shape) == 0 else f"leading length {shape[0]}"
@@ -443,8 +532,12 @@ class CheckpointedLoop(_LoopBase):
         return (state, np.stack(ys)) if self.with_outputs else state
 
     # ------------------------------------------------------------ primitive forward
+    def derivative_schedule(self, call: _Call) -> Any:
+        return self.plan
+
     def forward(self, call: _Call, args: tuple) -> Any:
         """Run the schedule up to its first ``Reverse`` (the first sweep), then to the end."""
+        call.n = self.seq_len
         groups = call.groups
         p_args, s_args, x_args = call.split(args)
         p_leaves, s_leaves, x_leaves = (g.expand(a) for g, a in zip(groups, (p_args, s_args,
@@ -501,6 +594,9 @@ class WhileLoop(_LoopBase):
         # num_ckpts snapshots with binomial quality.
         self.make_planner = planner or (lambda: OnlinePlanner(num_ckpts))
         self.planner = None
+
+    def derivative_schedule(self, call: _Call) -> Any:
+        return Plan(call.n, self.num_ckpts)
 
     def __repr__(self) -> str:
         names = [getattr(f, "__name__", repr(f)) for f in (self.cond_fn, self.body_fn)]
@@ -559,6 +655,7 @@ class WhileLoop(_LoopBase):
                                               [np.shape(v) for v in s_leaves], [],
                                               groups[2].tree_def, self.stats, None)
         executor.tracker.end_forward(n)
+        call.n = n
         call.forward = (executor, self.planner.reverse(n))
         return final
 
@@ -567,10 +664,156 @@ def _loop_forward(*args, call: _Call):
     return call.pack(call.loop.forward(call, args))
 
 
+# --------------------------------------------------------------------------- higher order
+#
+# Let F(z) be the loop's (packed) output for z = (params, init_state, inputs), J(z) = dF/dz, and
+# let the tangent loop be the loop over the JVP of one step,
+#
+#     f~(p, s, x; p., s., x.) = (f(p, s, x), df(p, s, x)[p., s., x.]),
+#
+# whose output is F~(z; z.) = (F(z), J(z) z.). It is an ordinary loop of the same length (states are
+# pairs), so it is run with the same checkpoint schedule and the same machinery.
+#
+# * Forward mode:   dF(z)[z.]          = second half of F~(z; z.)   (one sweep, no snapshots).
+# * The VJP map V(z, g) = J(z)^T g is itself a primitive (_vjp_primitive). Its derivatives are
+#   derived from <g, J(z) z.> = <(0, g), F~(z; z.)>, which is linear in z. and in g:
+#     - reverse (VJP of V, cotangent z^ of its output): w.r.t. g it is J(z) z^ (forward mode);
+#       w.r.t. z it is grad_z <g, J(z) z^> = the VJP of F~(. ; z^) with output cotangent (0, g).
+#     - forward (JVP of V along (z., g.)): d/de J(z+e z.)^T (g + e g.) = J^T g. + grad_z <g, J z.>
+#       = the VJP of F~(. ; z.) with output cotangent (g., g).
+#   Both are gradients of the tangent loop, so they run with checkpoints and bounded memory; a
+#   third order applies the same rules to the tangent loop's own primitives.
+
+class _Zero:
+    """A zero tangent that is never materialised (an unperturbed parameter or input)."""
+
+    shape = ()
+
+    def __getitem__(self, index):           # a zero input tangent sliced at step t
+        return self
+
+    def __repr__(self) -> str:
+        return "ZERO"
+
+
+ZERO = _Zero()
+
+
+def _jvp_call(fn: Callable, args: tuple, tangents: tuple) -> tuple:
+    """``fn(*args)`` and its directional derivative along ``tangents`` (trees, ZERO leaves)."""
+    with trace_stack.new_trace() as trace:
+        boxed = []
+        for a, t in zip(args, tangents):
+            leaves, d = flatten(a)
+            t_leaves = flatten(t)[0] if t is not None else [ZERO] * len(leaves)
+            boxed.append(unflatten(d, [
+                new_box(v, trace, JVPNode.new_root(g)) if g is not ZERO else v
+                for v, g in zip(leaves, t_leaves)]))
+        out = fn(*boxed)
+        leaves, d = flatten(out)
+        values, tans = [], []
+        for leaf in leaves:
+            if isbox(leaf) and leaf._trace == trace:
+                values.append(leaf._value)
+                tans.append(leaf._node.g)
+            else:
+                values.append(leaf)
+                tans.append(ZERO)
+    return unflatten(d, values), unflatten(d, tans)
+
+
+def _dense(value: Any, tangent: Any) -> Any:
+    """A state tangent leaf as an array (state tangents must keep the state's shapes)."""
+    return _zeros(value) if tangent is ZERO and _differentiable(value) else tangent
+
+
+class _TangentStep:
+    """f~: one step and its JVP; params (p, p.), state (s, s.), inputs (x, x.)."""
+
+    def __init__(self, fn: Callable, with_outputs: bool) -> None:
+        self.fn, self.with_outputs = fn, with_outputs
+
+    def __call__(self, P, S, X):
+        (p, tp), (s, ts), (x, tx) = P, S, X
+        out, tout = _jvp_call(self.fn, (p, s, x), (tp, ts, tx))
+        if self.with_outputs:
+            (s1, y), (ts1, ty) = out, tout
+        else:
+            s1, ts1 = out, tout
+        new_ts = unflatten(flatten(s1)[1], [_dense(v, t) for v, t in zip(flatten(s1)[0],
+                                                                         flatten(ts1)[0])])
+        if not self.with_outputs:
+            return (s1, new_ts)
+        ty = _zeros(y) if ty is ZERO else ty
+        return (s1, new_ts), _stack_pair(y, ty)
+
+
+def _stack_pair(a, b):
+    import autograd.numpy as anp
+    return anp.stack([a, b])
+
+
+class _VJPCall:
+    """Context of one VJP map V(z, g) = J(z)^T g: the loop call, its argnums and arity."""
+
+    __slots__ = ("call", "argnums", "n_args")
+
+    def __init__(self, call: _Call, argnums: tuple, n_args: int) -> None:
+        self.call, self.argnums, self.n_args = call, argnums, n_args
+
+    def forward(self, args2: tuple) -> tuple:
+        n = self.n_args
+        return self.call.loop.reverse_sweep(self.call, self.argnums, args2[:n], args2[n:])
+
+    def vjp_of_vjp(self, argnums2: tuple, args2: tuple) -> Callable:
+        n, call = self.n_args, self.call
+
+        def vjp(zhat):
+            tangents = dict(zip(self.argnums, zhat))
+            z_nums = [a for a in argnums2 if a < n]
+            out = {}
+            if z_nums:
+                out.update(call.loop.tangent_vjp(call, args2[:n], tangents, z_nums, None,
+                                                 args2[n:]))
+            if any(a >= n for a in argnums2):
+                tan = call.loop.tangent(call, tuple(tangents), tuple(tangents.values()),
+                                        args2[:n])
+                out.update({n + i: t for i, t in enumerate(tan)})
+            return tuple(out[a] for a in argnums2)
+
+        return vjp
+
+    def jvp_of_vjp(self, argnums2: tuple, gs2: tuple, args2: tuple) -> Any:
+        n, call = self.n_args, self.call
+        tangents = {a: g for a, g in zip(argnums2, gs2) if a < n}
+        gdot = {a - n: g for a, g in zip(argnums2, gs2) if a >= n}
+        res = call.loop.tangent_vjp(call, args2[:n], tangents, list(self.argnums), gdot,
+                                    args2[n:])
+        return tuple(res[a] for a in self.argnums)
+
+
+def _interleave(a, b):
+    """Stack per-step arrays a, b of shape (T, ...) into (T, 2, ...), matching f~'s outputs."""
+    import autograd.numpy as anp
+    return anp.stack([a, b], axis=1)
+
+
+def _vjp_forward(*args2, call: _VJPCall):
+    return call.forward(args2)
+
+
 _loop_primitive = primitive(_loop_forward)
+_vjp_primitive = primitive(_vjp_forward)
 defvjp_argnums(_loop_primitive,
                lambda argnums, ans, args, kwargs: kwargs["call"].loop.make_vjp(
                    kwargs["call"], argnums, args))
+defjvp_argnums(_loop_primitive,
+               lambda argnums, gs, ans, args, kwargs: kwargs["call"].loop.tangent(
+                   kwargs["call"], argnums, gs, args))
+defvjp_argnums(_vjp_primitive,
+               lambda argnums, ans, args, kwargs: kwargs["call"].vjp_of_vjp(argnums, args))
+defjvp_argnums(_vjp_primitive,
+               lambda argnums, gs, ans, args, kwargs: kwargs["call"].jvp_of_vjp(argnums, gs, args))
 
 
 def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int,
