@@ -36,11 +36,11 @@ from autograd.core import (JVPNode, VJPNode, add_outgrads, defjvp_argnums, defvj
                            vspace)
 from autograd.builtins import tuple as ag_tuple
 from autograd.core import make_vjp as _make_vjp
-from autograd.tracer import isbox, new_box, primitive, trace_stack
+from autograd.tracer import getval, isbox, new_box, primitive, trace_stack
 from autograd.util import toposort
 
 from .executor import Executor
-from .schedule.actions import Reverse
+from .schedule.actions import Advance, Free, Restore, Reverse
 from .schedule.binomial import Plan, check_positive_int
 from .schedule.online import OnlinePlanner
 from .tree import LEAF, describe, flatten, unflatten
@@ -117,12 +117,65 @@ def _zeros(value: Any) -> Any:
     return vspace(value).zeros() if _differentiable(value) else None
 
 
+def _check_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool; got {value!r}")
+
+
 def _check_fn(fn: Any, with_outputs: Any) -> None:
     if not callable(fn):
         raise TypeError(f"fn must be callable as fn(params, state, x) -> new_state; "
                         f"got {fn!r} of type {type(fn).__name__}")
-    if not isinstance(with_outputs, bool):
-        raise TypeError(f"with_outputs must be a bool; got {with_outputs!r}")
+    _check_bool("with_outputs", with_outputs)
+
+
+class NondeterministicStepError(RuntimeError):
+    """``verify=True`` found a recomputed state that differs from the forward pass."""
+
+
+class _Checker:
+    """``verify=True``: compare recomputed states with the forward's where both exist.
+
+    Snapshots freed during the reverse sweep are kept (``retired``) until the sweep recomputes
+    their state, which it always does when it reverses the segment ending there; the forward's
+    final state is compared with the first taped step's output. This holds up to about twice
+    the snapshots at once; it is a debugging aid, off by default.
+    """
+
+    def __init__(self, executor: Executor, call: _Call) -> None:
+        self.executor, self.retired = executor, {}
+        self.origin = executor.tracker.live_index
+        self.retired[call.n] = list(call.out_leaves)
+
+    def before(self, action) -> None:
+        if type(action) is Free:
+            self.retired[action.index] = flatten(self.executor.store[action.index])[0]
+
+    def after(self, action) -> None:
+        kind = type(action)
+        if kind is Restore:
+            self.origin = action.index
+        elif kind is Advance and action.stop > action.start:
+            self.check(action.stop, flatten(self.executor.live)[0])
+
+    def check(self, index: int, leaves: list) -> None:
+        ref = self.retired.pop(index, None)
+        if ref is None and index in self.executor.store:
+            ref = flatten(self.executor.store[index])[0]
+        if ref is None:
+            return
+        for a, b in zip(leaves, ref):
+            a, b = getval(a), getval(b)
+            if np.shape(a) != np.shape(b) or not np.allclose(a, b, rtol=1e-10, atol=0.0,
+                                                              equal_nan=True):
+                diff = np.max(np.abs(np.asarray(a, dtype=complex) - np.asarray(b, dtype=complex)))
+                raise NondeterministicStepError(
+                    f"verify=True: recomputing steps {self.origin}..{index - 1} from stored state "
+                    f"{self.origin} gave a state {index} that differs from the forward pass (by "
+                    f"up to {diff:.3g}); a step in that range, first suspect step {index - 1}, is "
+                    f"not a pure function of (params, state, x): unseeded randomness, or fn "
+                    f"mutating params or state in place? Checkpointing replays steps, so the "
+                    f"gradient would be wrong.")
 
 
 class _Group:
@@ -227,6 +280,7 @@ class _LoopBase:
 
     fn: Callable
     with_outputs: bool = False
+    verify: bool = False
 
     def _enter(self, trees: tuple) -> Any:
         """Run plain if nothing is boxed, else through the primitive (returns None for plain)."""
@@ -447,10 +501,13 @@ class _LoopBase:
                             cots.append(g_ys[t])
                     else:
                         st = out
-                for leaf, a in zip(flatten(st)[0], adjoint):
+                out_leaves = flatten(st)[0]
+                for leaf, a in zip(out_leaves, adjoint):
                     if isbox(leaf) and leaf._trace == trace and a is not None:
                         ends.append(leaf._node)
                         cots.append(a)
+            if checker is not None:
+                checker.check(stop, [getval(v) for v in out_leaves])
             t1 = time.perf_counter()
             new_adjoint = [None] * len(s_vals)
             _backward(ends, cots, roots, deliver)
@@ -462,7 +519,14 @@ class _LoopBase:
             stats.taped_steps += stop - start
 
         executor.reverse = reverse
-        executor.run(actions)
+        checker = _Checker(executor, call) if self.verify else None
+        if checker is None:
+            executor.run(actions)
+        else:
+            for action in actions:
+                checker.before(action)
+                executor.apply(action)
+                checker.after(action)
         executor.tracker.finish()
         stats.peak_snapshots = executor.tracker.peak_slots
 
@@ -487,8 +551,11 @@ class CheckpointedLoop(_LoopBase):
     ``__iter__`` yielding actions (:func:`bincheck.plan`, :class:`bincheck.EqualSegments`).
     """
 
-    def __init__(self, fn: Callable, schedule: Any, with_outputs: bool = False) -> None:
+    def __init__(self, fn: Callable, schedule: Any, with_outputs: bool = False,
+                 verify: bool = False) -> None:
         _check_fn(fn, with_outputs)
+        _check_bool("verify", verify)
+        self.verify = verify
         self.plan = schedule
         self.fn = fn
         self.seq_len = schedule.seq_len
@@ -571,7 +638,8 @@ class WhileLoop(_LoopBase):
     """``run(params, init_state)``: see :func:`checkpointed_while_loop`."""
 
     def __init__(self, cond_fn: Callable, body_fn: Callable, num_ckpts: int,
-                 max_steps: int | None = None, planner: Callable | None = None) -> None:
+                 max_steps: int | None = None, planner: Callable | None = None,
+                 verify: bool = False) -> None:
         if not callable(cond_fn):
             raise TypeError(f"cond_fn must be callable as cond_fn(params, state) -> bool; "
                             f"got {cond_fn!r} of type {type(cond_fn).__name__}")
@@ -585,6 +653,8 @@ class WhileLoop(_LoopBase):
                 raise (TypeError if not isinstance(max_steps, int) or isinstance(max_steps, bool)
                        else ValueError)(
                     f"max_steps must be None (unbounded) or a non-negative int; got {max_steps!r}")
+        _check_bool("verify", verify)
+        self.verify = verify
         self.cond_fn, self.body_fn = cond_fn, body_fn
         self.fn = lambda params, state, x: body_fn(params, state)
         self.num_ckpts, self.max_steps = num_ckpts, max_steps
@@ -817,7 +887,7 @@ defjvp_argnums(_vjp_primitive,
 
 
 def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int,
-                        with_outputs: bool = False) -> CheckpointedLoop:
+                        with_outputs: bool = False, verify: bool = False) -> CheckpointedLoop:
     """Wrap ``fn(params, state, x) -> new_state`` into a loop differentiable with binomial checkpoints.
 
     ``loop = binomial_checkpoint(fn, seq_len, num_ckpts)``; ``loop(params, init_state, inputs)``
@@ -833,13 +903,17 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int,
     A gradient runs ``fn`` exactly ``seq_len`` times under autograd's tape and
     ``t(seq_len, num_ckpts) + 1`` times on plain arrays (see :func:`bincheck.plan`), in a single
     reverse sweep whatever is differentiated. Outside any autograd trace it simply runs the loop.
+
+    ``verify=True`` (a debugging aid, off by default) compares every recomputed state with the
+    forward pass's where both exist and raises :class:`NondeterministicStepError` naming the
+    steps if they differ (unseeded randomness, in-place mutation): a wrong gradient otherwise.
     """
     _check_fn(fn, with_outputs)
-    return CheckpointedLoop(fn, Plan(seq_len, num_ckpts), with_outputs)
+    return CheckpointedLoop(fn, Plan(seq_len, num_ckpts), with_outputs, verify)
 
 
 def checkpointed_while_loop(cond_fn: Callable, body_fn: Callable, num_ckpts: int,
-                            max_steps: int | None = None) -> WhileLoop:
+                            max_steps: int | None = None, verify: bool = False) -> WhileLoop:
     """A ``while cond_fn(params, state): state = body_fn(params, state)`` loop, differentiable with
     at most ``num_ckpts`` stored states (the initial one included) whatever its length.
 
@@ -848,5 +922,6 @@ def checkpointed_while_loop(cond_fn: Callable, body_fn: Callable, num_ckpts: int
     Snapshots are placed online (see :mod:`bincheck.schedule.online`); each step runs once in the
     forward. ``max_steps=None`` means unbounded; otherwise a loop whose ``cond_fn`` is still true
     after ``max_steps`` steps raises RuntimeError. ``run.num_steps`` is the last call's length.
+    ``verify=True``: as for :func:`binomial_checkpoint`.
     """
-    return WhileLoop(cond_fn, body_fn, num_ckpts, max_steps)
+    return WhileLoop(cond_fn, body_fn, num_ckpts, max_steps, verify=verify)

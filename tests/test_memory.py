@@ -53,3 +53,18 @@ def test_memory_grows_with_num_ckpts_not_seq_len():
         loop = binomial_checkpoint(tanh_rnn, l, 8)
         peaks[l], _ = peak_bytes(grad(lambda p: np.sum(loop(p, h0, xs[:l]))), params)
     assert peaks[2000] < 1.5 * peaks[500], peaks
+
+
+def test_hvp_memory_stays_bounded():
+    """Second order: an HVP holds the tangent loop's checkpoints, not O(seq_len) tapes."""
+    from autograd import hessian_vector_product
+    l, s = 300, 6
+    params, h0, xs = rnn_problem(l, H=48, B=8, D=8)
+    loop = binomial_checkpoint(tanh_rnn, l, s)
+    f = lambda W: np.sum(loop((W,) + params[1:], h0, xs) ** 2)
+    f0 = lambda W: np.sum(plain_loop(tanh_rnn, (W,) + params[1:], h0, xs, l) ** 2)
+    v = numpy.random.RandomState(0).randn(*params[0].shape)
+    ours, r = peak_bytes(hessian_vector_product(f), params[0], v)
+    plain, r0 = peak_bytes(hessian_vector_product(f0), params[0], v)
+    numpy.testing.assert_allclose(r, r0, rtol=1e-8, atol=1e-10)
+    assert plain >= 10 * ours, f"plain {plain} B vs bincheck {ours} B: only {plain / ours:.1f}x"
