@@ -21,6 +21,10 @@ Measured pitfalls this module is shaped around (see DESIGN.md):
   multi-output backward pass, so no container boxes are built and no cotangent is computed for a
   leaf nobody asked for (input slices are boxed only when ``inputs`` is differentiated).
 * parameter cotangents are added into one accumulator as soon as each is complete, in place.
+
+Loops: :class:`CheckpointedLoop` (a schedule known in advance, e.g. the binomial plan) and
+:class:`WhileLoop` (an online planner) share everything but their forward (:class:`_LoopBase`).
+Higher-order and forward-mode rules come from the "tangent loop", see the section below.
 """
 
 from __future__ import annotations
@@ -30,11 +34,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import autograd.numpy as anp
 import numpy as np
 from autograd.builtins import DictBox, SequenceBox
+from autograd.builtins import tuple as ag_tuple
 from autograd.core import (JVPNode, VJPNode, add_outgrads, defjvp_argnums, defvjp_argnums,
                            vspace)
-from autograd.builtins import tuple as ag_tuple
 from autograd.core import make_vjp as _make_vjp
 from autograd.tracer import getval, isbox, new_box, primitive, trace_stack
 from autograd.util import toposort
@@ -176,6 +181,30 @@ class _Checker:
                     f"not a pure function of (params, state, x): unseeded randomness, or fn "
                     f"mutating params or state in place? Checkpointing replays steps, so the "
                     f"gradient would be wrong.")
+
+
+class _Outputs:
+    """Per-step outputs written straight into one (seq_len, ...) array: no list, no stacking copy.
+
+    Only the first sweep records (each step once, in order); later recomputations are ignored.
+    """
+
+    __slots__ = ("seq_len", "buf", "count")
+
+    def __init__(self, seq_len: int) -> None:
+        self.seq_len, self.buf, self.count = seq_len, None, 0
+
+    def add(self, t: int, y: Any) -> None:
+        if t != self.count:
+            return
+        y = np.asarray(y)
+        if self.buf is None:
+            self.buf = np.empty((self.seq_len,) + y.shape, dtype=y.dtype)
+        elif not np.can_cast(y.dtype, self.buf.dtype, casting="same_kind"):
+            raise TypeError(f"with_outputs=True: every y must have one dtype; step {t} returned "
+                            f"{y.dtype}, step 0 returned {self.buf.dtype}")
+        self.buf[t] = y
+        self.count += 1
 
 
 class _Group:
@@ -322,7 +351,7 @@ class _LoopBase:
         return out, y
 
     def _make_advance(self, params, s_def, s_shapes, x_leaves, x_def, stats, ys):
-        """``advance(state, start, stop)`` on plain values; appends outputs to ``ys`` if given."""
+        """``advance(state, start, stop)`` on plain values; records outputs in ``ys`` if given."""
         y_shape = [None]
 
         def advance(state, start, stop):
@@ -330,9 +359,9 @@ class _LoopBase:
             for t in range(start, stop):
                 x = unflatten(x_def, [leaf[t] for leaf in x_leaves])
                 state, y = self._step(params, state, x, t, s_def, s_shapes, y_shape[0])
-                if ys is not None and t == len(ys):
+                if ys is not None:
                     y_shape[0] = np.shape(y)
-                    ys.append(y)
+                    ys.add(t, y)
             stats.plain_seconds += time.perf_counter() - t0
             stats.plain_steps += stop - start
             return state
@@ -592,11 +621,11 @@ class CheckpointedLoop(_LoopBase):
     def _run_plain(self, params, init_state, inputs):
         s_leaves, s_def = flatten(init_state)
         x_leaves, x_def = flatten(inputs)
-        ys = [] if self.with_outputs else None
+        ys = _Outputs(self.seq_len) if self.with_outputs else None
         advance = self._make_advance(params, s_def, [np.shape(v) for v in s_leaves], x_leaves,
                                      x_def, LoopStats(), ys)
         state = advance(init_state, 0, self.seq_len)
-        return (state, np.stack(ys)) if self.with_outputs else state
+        return (state, ys.buf) if self.with_outputs else state
 
     # ------------------------------------------------------------ primitive forward
     def derivative_schedule(self, call: _Call) -> Any:
@@ -610,7 +639,7 @@ class CheckpointedLoop(_LoopBase):
         p_leaves, s_leaves, x_leaves = (g.expand(a) for g, a in zip(groups, (p_args, s_args,
                                                                               x_args)))
         params = unflatten(groups[0].tree_def, p_leaves)
-        ys = [] if self.with_outputs else None     # each step's output, from the first sweep
+        ys = _Outputs(self.seq_len) if self.with_outputs else None   # from the first sweep
         stats = self.stats = LoopStats()
         advance = self._make_advance(params, groups[1].tree_def, [np.shape(v) for v in s_leaves],
                                      x_leaves, groups[2].tree_def, stats, ys)
@@ -624,7 +653,7 @@ class CheckpointedLoop(_LoopBase):
         if not self.with_outputs:
             call.forward = (executor, itertools.chain((action,), actions))
             return final
-        stacked = np.stack(ys)
+        stacked = ys.buf
         # Recomputations in the reverse sweep must not collect outputs again.
         executor.advance = self._make_advance(params, groups[1].tree_def,
                                               [np.shape(v) for v in s_leaves], x_leaves,
@@ -815,12 +844,7 @@ class _TangentStep:
         if not self.with_outputs:
             return (s1, new_ts)
         ty = _zeros(y) if ty is ZERO else ty
-        return (s1, new_ts), _stack_pair(y, ty)
-
-
-def _stack_pair(a, b):
-    import autograd.numpy as anp
-    return anp.stack([a, b])
+        return (s1, new_ts), anp.stack([y, ty])
 
 
 class _VJPCall:
@@ -864,7 +888,6 @@ class _VJPCall:
 
 def _interleave(a, b):
     """Stack per-step arrays a, b of shape (T, ...) into (T, 2, ...), matching f~'s outputs."""
-    import autograd.numpy as anp
     return anp.stack([a, b], axis=1)
 
 
