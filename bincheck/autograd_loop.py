@@ -13,7 +13,7 @@ gives a ``DictBox``) stays one argument, so its cotangent goes back as one dict 
 has to scatter per-key cotangents into zero-filled copies of the whole dict. Inside the primitive
 everything is flattened down to array leaves.
 
-Measured pitfalls this module is shaped around (see DESIGN.md):
+Measured pitfalls this module is shaped around:
 
 * autograd calls the VJP *maker* while building the node in the forward pass: the maker only
   captures references, all work happens in the returned closure.
@@ -48,7 +48,7 @@ from .executor import Executor
 from .schedule.actions import Advance, Free, Restore, Reverse
 from .schedule.binomial import Plan, check_positive_int
 from .schedule.online import OnlinePlanner
-from .tree import LEAF, describe, flatten, unflatten
+from .tree import LEAF, conform, describe, flatten, unflatten
 
 
 # --------------------------------------------------------------------------- helpers
@@ -187,6 +187,7 @@ class _Outputs:
     """Per-step outputs written straight into one (seq_len, ...) array: no list, no stacking copy.
 
     Only the first sweep records (each step once, in order); later recomputations are ignored.
+    The dtype is promoted if a later y needs it, as ``np.stack`` would.
     """
 
     __slots__ = ("seq_len", "buf", "count")
@@ -200,9 +201,10 @@ class _Outputs:
         y = np.asarray(y)
         if self.buf is None:
             self.buf = np.empty((self.seq_len,) + y.shape, dtype=y.dtype)
-        elif not np.can_cast(y.dtype, self.buf.dtype, casting="same_kind"):
-            raise TypeError(f"with_outputs=True: every y must have one dtype; step {t} returned "
-                            f"{y.dtype}, step 0 returned {self.buf.dtype}")
+        elif y.dtype != self.buf.dtype:
+            dtype = np.result_type(self.buf.dtype, y.dtype)   # promote, as np.stack would
+            if dtype != self.buf.dtype:
+                self.buf = self.buf.astype(dtype)
         self.buf[t] = y
         self.count += 1
 
@@ -335,10 +337,16 @@ class _LoopBase:
                     f"with_outputs=True: fn must return a 2-tuple (new_state, y); step {t} "
                     f"returned {type(out).__name__}{length}")
             out, y = out
+            if type(y) in (tuple, list, dict) or y is None:
+                raise TypeError(f"with_outputs=True: y must be an array (or a scalar); step {t} "
+                                f"returned {type(y).__name__}")
             if y_shape is not None and np.shape(y) != y_shape:
                 raise ValueError(f"with_outputs=True: every y must have the same shape; step {t} "
-                                 f"returned shape {np.shape(y)}, step 0 returned {y_shape}")
+                                 f"returned shape {np.shape(y)}, earlier steps {y_shape}")
         leaves, new_def = flatten(out)
+        if new_def != s_def:
+            out = conform(out, s_def)            # the same dict keys in another order is fine
+            leaves, new_def = flatten(out)
         if new_def != s_def:
             raise ValueError(
                 f"fn must return a state with the structure of its input state; step {t} got "
@@ -348,6 +356,11 @@ class _LoopBase:
             raise ValueError(
                 f"fn must return state arrays of the shapes it received; step {t} got shapes "
                 f"{s_shapes} and returned {shapes}")
+        if any(isbox(leaf) for leaf in leaves) or isbox(y):
+            raise TypeError(
+                "fn returned an autograd box on plain inputs: it closes over a value that is "
+                "being differentiated. Pass that value through params (fn(params, state, x)) so "
+                "the loop can checkpoint and differentiate it")
         return out, y
 
     def _make_advance(self, params, s_def, s_shapes, x_leaves, x_def, stats, ys):
@@ -388,8 +401,7 @@ class _LoopBase:
                 t = tangents.get(offset + k)
                 if t is None:
                     leaves, d = flatten(v)
-                    t = unflatten(d, [(_zeros(l) if _differentiable(l) else ZERO) if gi == 1
-                                      else ZERO for l in leaves])
+                    t = unflatten(d, [_zero_tangent(v) if gi == 1 else ZERO for v in leaves])
                 else:
                     any_tangent = True
                 tans.append(t)
@@ -411,7 +423,10 @@ class _LoopBase:
         (final, dfinal), ys2 = self._tangent_outputs(call, P, S, X)
         packed = tuple(t for t, v in zip(flatten(dfinal)[0], call.out_leaves)
                        if _differentiable(v))
-        return packed + (ys2[:, 1],) if self.with_outputs else packed
+        if not self.with_outputs:
+            return packed
+        dys = ys2[:, 1]
+        return packed + (dys.copy() if type(dys) is np.ndarray else dys,)  # free the (T, 2) pair
 
     def tangent_vjp(self, call: _Call, z_args, tangents: dict, wrt, gdot: dict | None,
                     g_args) -> dict:
@@ -530,7 +545,9 @@ class _LoopBase:
                             cots.append(g_ys[t])
                     else:
                         st = out
-                out_leaves = flatten(st)[0]
+                out_leaves, out_def = flatten(st)
+                if out_def != s_def:
+                    out_leaves = flatten(conform(st, s_def))[0]
                 for leaf, a in zip(out_leaves, adjoint):
                     if isbox(leaf) and leaf._trace == trace and a is not None:
                         ends.append(leaf._node)
@@ -584,6 +601,13 @@ class CheckpointedLoop(_LoopBase):
                  verify: bool = False) -> None:
         _check_fn(fn, with_outputs)
         _check_bool("verify", verify)
+        missing = [a for a in ("seq_len", "first_reverse_start", "plain_steps", "__iter__")
+                   if not hasattr(schedule, a)]
+        if missing:
+            raise TypeError(f"schedule must be a plan such as bincheck.plan(seq_len, num_ckpts) "
+                            f"(with seq_len, first_reverse_start, plain_steps and __iter__); got "
+                            f"{schedule!r} of type {type(schedule).__name__}, lacking "
+                            f"{', '.join(missing)}")
         self.verify = verify
         self.plan = schedule
         self.fn = fn
@@ -608,15 +632,17 @@ class CheckpointedLoop(_LoopBase):
         return out[0]
 
     def _check_inputs(self, inputs: Any) -> None:
-        for leaf in flatten(_values(inputs))[0]:
+        leaves = flatten(_values(inputs))[0]
+        for k, leaf in enumerate(leaves):
             if leaf is ZERO:
                 continue
             shape = np.shape(leaf)
             if len(shape) == 0 or shape[0] != self.seq_len:
                 got = "a scalar" if len(shape) == 0 else f"leading length {shape[0]}"
+                which = "" if len(leaves) == 1 else f" (leaf {k} of {len(leaves)})"
                 raise ValueError(
                     f"inputs must have leading axis of length seq_len={self.seq_len} "
-                    f"(step t receives inputs[t]); got {got} (shape {shape})")
+                    f"(step t receives inputs[t]); got {got}{which} (shape {shape})")
 
     def _run_plain(self, params, init_state, inputs):
         s_leaves, s_def = flatten(init_state)
@@ -683,6 +709,9 @@ class WhileLoop(_LoopBase):
                        else ValueError)(
                     f"max_steps must be None (unbounded) or a non-negative int; got {max_steps!r}")
         _check_bool("verify", verify)
+        if planner is not None and not callable(planner):
+            raise TypeError(f"planner must be None or a callable returning an online planner; "
+                            f"got {planner!r}")
         self.verify = verify
         self.cond_fn, self.body_fn = cond_fn, body_fn
         self.fn = lambda params, state, x: body_fn(params, state)
@@ -724,7 +753,7 @@ class WhileLoop(_LoopBase):
             executor.advance = lambda live, start, stop: handoff.pop(start)
             executor.run(planner.start())
         n, cur = 0, state
-        while self.cond_fn(params, cur):
+        while self._keep_going(params, cur, n):
             if n == self.max_steps:
                 raise RuntimeError(
                     f"checkpointed_while_loop: cond_fn is still true after max_steps="
@@ -739,6 +768,14 @@ class WhileLoop(_LoopBase):
             n += 1
         self.num_steps = n
         return cur, n
+
+    def _keep_going(self, params, state, n: int) -> bool:
+        verdict = self.cond_fn(params, state)
+        try:
+            return bool(verdict)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"cond_fn must return a bool; after {n} steps it returned "
+                            f"{type(verdict).__name__} {np.shape(verdict)}: {err}") from None
 
     def forward(self, call: _Call, args: tuple) -> Any:
         groups = call.groups
@@ -806,8 +843,8 @@ def _jvp_call(fn: Callable, args: tuple, tangents: tuple) -> tuple:
             leaves, d = flatten(a)
             t_leaves = flatten(t)[0] if t is not None else [ZERO] * len(leaves)
             boxed.append(unflatten(d, [
-                new_box(v, trace, JVPNode.new_root(g)) if g is not ZERO else v
-                for v, g in zip(leaves, t_leaves)]))
+                new_box(v, trace, JVPNode.new_root(g)) if g is not ZERO and _differentiable(v)
+                else v for v, g in zip(leaves, t_leaves)]))
         out = fn(*boxed)
         leaves, d = flatten(out)
         values, tans = [], []
@@ -821,9 +858,14 @@ def _jvp_call(fn: Callable, args: tuple, tangents: tuple) -> tuple:
     return unflatten(d, values), unflatten(d, tans)
 
 
+def _zero_tangent(value: Any) -> Any:
+    """A dense zero tangent with the shapes of ``value`` (float zeros for integer values)."""
+    return _zeros(value) if _differentiable(value) else np.zeros(np.shape(value))
+
+
 def _dense(value: Any, tangent: Any) -> Any:
     """A state tangent leaf as an array (state tangents must keep the state's shapes)."""
-    return _zeros(value) if tangent is ZERO and _differentiable(value) else tangent
+    return _zero_tangent(value) if tangent is ZERO else tangent
 
 
 class _TangentStep:
@@ -843,7 +885,7 @@ class _TangentStep:
                                                                          flatten(ts1)[0])])
         if not self.with_outputs:
             return (s1, new_ts)
-        ty = _zeros(y) if ty is ZERO else ty
+        ty = _zero_tangent(y) if ty is ZERO else ty
         return (s1, new_ts), anp.stack([y, ty])
 
 

@@ -3,15 +3,14 @@
 The loop is one autograd primitive whose positional arguments are the *leaves* of params, state and
 inputs. Passing leaves, not containers, is what lets autograd see a box nested in a user's tuple
 (autograd only inspects a primitive's top-level arguments) and avoids its container boxes.
-Dict keys are sorted, so two dicts with the same keys have the same structure whatever their order.
-``None`` is an empty subtree (no leaves).
+Dict keys keep their insertion order (a step may rely on ``params.values()``); :func:`conform`
+reorders a dict-bearing tree to a given structure when only the key order differs. ``None`` is an
+empty subtree (no leaves).
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-import numpy as np
 
 # A treedef is a hashable nested tuple: LEAF, (NONE,), or (kind, aux, (child treedefs...)).
 LEAF = "*"
@@ -28,7 +27,7 @@ def _flatten(x: Any, leaves: list[Any]) -> Any:
     if t is tuple or t is list:
         return (t, None, tuple(_flatten(c, leaves) for c in x))
     if t is dict:
-        keys = tuple(sorted(x))
+        keys = tuple(x)
         return (dict, keys, tuple(_flatten(x[k], leaves) for k in keys))
     if x is None:
         return _NONE
@@ -56,6 +55,22 @@ def _build(treedef: Any, it) -> Any:
     return kind(*(_build(c, it) for c in children))
 
 
+def conform(tree: Any, treedef: Any) -> Any:
+    """``tree`` with its dicts' keys in ``treedef``'s order where the key sets agree.
+
+    Anything else is returned unchanged (the caller's structure check then reports it).
+    """
+    if treedef is LEAF or treedef == _NONE:
+        return tree
+    kind, aux, children = treedef
+    if kind is dict and type(tree) is dict and set(tree) == set(aux):
+        return {k: conform(tree[k], c) for k, c in zip(aux, children)}
+    if type(tree) is kind and kind is not dict and len(tree) == len(children):
+        items = [conform(v, c) for v, c in zip(tree, children)]
+        return kind(*items) if hasattr(kind, "_fields") else kind(items)
+    return tree
+
+
 def describe(treedef: Any) -> str:
     """A short human spelling of a structure, for error messages."""
     if treedef is LEAF:
@@ -71,7 +86,3 @@ def describe(treedef: Any) -> str:
     if kind is tuple:
         return f"({inner}{',' if len(children) == 1 else ''})"
     return f"{kind.__name__}({inner})"
-
-
-def shape_of(leaf: Any) -> tuple[int, ...]:
-    return np.shape(leaf)

@@ -21,6 +21,7 @@ cheap enough to stream plans for millions of steps.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterator
 from math import comb
 
@@ -28,13 +29,17 @@ from .actions import Action, Advance, Free, Restore, Reverse, Snapshot
 
 
 def check_positive_int(name: str, value: object, rule: str = "") -> int:
-    """Raise a ValueError/TypeError naming ``name`` unless ``value`` is a positive int."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """Raise a ValueError/TypeError naming ``name`` unless ``value`` is a positive integer.
+
+    Integer types such as ``numpy.int64`` are accepted (and returned as int); bools and floats
+    are not, even when integral, because they are almost always a mistake.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be a positive int{rule}; got {value!r} of type "
                         f"{type(value).__name__}")
     if value < 1:
         raise ValueError(f"{name} must be a positive int{rule}; got {value!r}")
-    return value
+    return int(value)
 
 
 def beta(s: int, r: int) -> int:
