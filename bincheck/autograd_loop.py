@@ -102,7 +102,9 @@ def _backward(ends: list, cotangents: list, roots: dict, deliver: Callable) -> N
 def _accumulate(acc: Any, g: Any) -> Any:
     """acc + g, in place when both are plain arrays (``acc`` is always our own copy)."""
     if acc is None:
-        return g.copy() if type(g) is np.ndarray else g
+        # Keep g's memory layout: autograd's dot VJP returns transposed views, and adding
+        # F-ordered contributions into a C-ordered accumulator is a cache-hostile strided add.
+        return g.copy(order="K") if type(g) is np.ndarray else g
     if type(acc) is np.ndarray and type(g) is np.ndarray and acc.shape == g.shape:
         np.add(acc, g, out=acc)
         return acc
