@@ -290,8 +290,11 @@ class LoopStats:
     ``plain_steps`` / ``taped_steps`` count ``fn`` evaluations; the times are seconds spent in
     plain steps, in taped steps (building the tape) and in backward passes over those tapes
     (including adding each step's parameter cotangent into the total). Whatever else a gradient
-    costs is bookkeeping (planning, executor, pytree handling). ``peak_snapshots`` is the most
-    states the schedule stored at once (the working state not counted, as in Revolve).
+    costs is bookkeeping (planning, executor, pytree handling). ``library_seconds`` is the wall
+    time spent inside the loop's forward and reverse sweep, so ``library_seconds - plain_seconds
+    - tape_seconds - backward_seconds`` is the library's own overhead (the user's loss and
+    autograd's graph outside the loop excluded). ``peak_snapshots`` is the most states the
+    schedule stored at once (the working state not counted, as in Revolve).
     """
 
     plain_steps: int = 0
@@ -300,6 +303,13 @@ class LoopStats:
     plain_seconds: float = 0.0
     tape_seconds: float = 0.0
     backward_seconds: float = 0.0
+    library_seconds: float = 0.0
+
+    @property
+    def overhead_seconds(self) -> float:
+        """Time inside the library not spent in steps, taping or backward passes."""
+        return self.library_seconds - self.plain_seconds - self.tape_seconds - \
+            self.backward_seconds
 
 
 # --------------------------------------------------------------------------- the loops
@@ -799,7 +809,10 @@ class WhileLoop(_LoopBase):
 
 
 def _loop_forward(*args, call: _Call):
-    return call.pack(call.loop.forward(call, args))
+    t0 = time.perf_counter()
+    out = call.pack(call.loop.forward(call, args))
+    call.loop.stats.library_seconds += time.perf_counter() - t0   # forward resets stats
+    return out
 
 
 # --------------------------------------------------------------------------- higher order
@@ -936,7 +949,10 @@ def _interleave(a, b):
 
 
 def _vjp_forward(*args2, call: _VJPCall):
-    return call.forward(args2)
+    t0 = time.perf_counter()
+    out = call.forward(args2)
+    call.call.loop.stats.library_seconds += time.perf_counter() - t0
+    return out
 
 
 _loop_primitive = primitive(_loop_forward)

@@ -123,7 +123,9 @@ def main(argv=None) -> int:
         if r.bookkeeping_pct is not None:
             print(f"bookkeeping {r.cell}/{r.loss} {r.strategy}"
                   f"{'' if r.num_ckpts is None else f'(s={r.num_ckpts})'}: "
-                  f"{r.bookkeeping_pct:.1f} % of the gradient's time")
+                  f"{r.bookkeeping_pct:.1f} % of the gradient's time outside step evaluations "
+                  f"and their VJPs; the library's own overhead "
+                  f"{r.library_overhead_pct:.1f} %")
     failed = [r for r in rows if r.status != "ok"]
     print(f"\n{len(rows)} runs in {time.perf_counter() - t0:.0f} s; results in {args.out}/"
           f"{'' if not failed else f'; {len(failed)} FAILED (gradient mismatch)'}")

@@ -80,6 +80,7 @@ class Row:
     predicted_plain: int | None = None
     predicted_taped: int | None = None
     bookkeeping_pct: float | None = None
+    library_overhead_pct: float | None = None
     plain_step_ms: float | None = None
     taped_step_ms: float | None = None
 
@@ -197,6 +198,7 @@ def run_problem(problem: Problem, runs: list[Run], repeats: int, measure_rss: bo
 
     live = [i for i, r in enumerate(rows) if r.status == "ok"]
     bookkeeping = {i: [] for i in live}
+    overhead = {i: [] for i in live}
     for _ in range(repeats):                            # interleaved rounds
         for i in live:
             gc.collect()
@@ -209,6 +211,7 @@ def run_problem(problem: Problem, runs: list[Run], repeats: int, measure_rss: bo
                 st = loop.stats
                 work = st.plain_seconds + st.tape_seconds + st.backward_seconds
                 bookkeeping[i].append((wall - work) / wall)
+                overhead[i].append(st.overhead_seconds / wall)
                 rows[i].taped_step_ms = 1e3 * (st.tape_seconds + st.backward_seconds) / \
                     max(st.taped_steps, 1)
         if progress is not None:
@@ -225,5 +228,6 @@ def run_problem(problem: Problem, runs: list[Run], repeats: int, measure_rss: bo
             r.rss_saved_pct = 100.0 * (1.0 - r.rss_peak_mib / ref.rss_peak_mib)
         if bookkeeping[i]:
             r.bookkeeping_pct = 100.0 * float(numpy.median(bookkeeping[i]))
+            r.library_overhead_pct = 100.0 * float(numpy.median(overhead[i]))
         r.plain_step_ms = plain_ms
     return rows
