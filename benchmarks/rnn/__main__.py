@@ -73,6 +73,8 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0, help="RNG seed for parameters and inputs")
     p.add_argument("--out", default=os.path.join("benchmarks", "rnn", "out"),
                    help="output folder for results.csv, results.md, results.png")
+    p.add_argument("--replot", metavar="CSV",
+                   help="redraw results.md and results.png from an earlier results.csv; no runs")
     p.add_argument("--no-rss", action="store_true",
                    help="skip the memory_profiler RSS measurement (one child process per run)")
     args = p.parse_args(argv)
@@ -91,6 +93,15 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.replot:
+        from .report import rows_from_csv
+        rows = rows_from_csv(args.replot)
+        write_atomic(os.path.join(args.out, "results.md"), markdown(rows).encode())
+        png = plot_png(rows)
+        if png is not None:
+            write_atomic(os.path.join(args.out, "results.png"), png)
+        print(f"redrew {len(rows)} runs into {args.out}/")
+        return 0
     from tqdm import tqdm
 
     problems = [Problem(c, loss, T, args.hidden, args.batch, args.seed)

@@ -28,6 +28,29 @@ def write_atomic(path: str, data: bytes) -> None:
         raise
 
 
+def rows_from_csv(path: str) -> list[Row]:
+    """Read rows back from a results.csv (to redraw the plot or the table)."""
+    rows = []
+    types = {f.name: f.type for f in fields(Row)}
+    with open(path, newline="") as f:
+        for rec in csv.DictReader(f):
+            kw = {}
+            for k, v in rec.items():
+                t = str(types.get(k, ""))
+                if k == "times_s":
+                    kw[k] = [float(x) for x in v.split()]
+                elif v == "":
+                    kw[k] = None
+                elif "int" in t:
+                    kw[k] = int(v)
+                elif "float" in t:
+                    kw[k] = float(v)
+                else:
+                    kw[k] = v
+            rows.append(Row(**kw))
+    return rows
+
+
 def csv_bytes(rows: Iterable[Row]) -> bytes:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=[f.name for f in fields(Row)], lineterminator="\n")
@@ -124,7 +147,7 @@ def plot_png(rows: list[Row]) -> bytes | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig, ax = plt.subplots(figsize=(11, 6))
     markers = {"store-all": "s", "autograd-checkpoint": "x", "sqrt": "^", "bincheck": "o"}
     colors = {}
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -142,14 +165,16 @@ def plot_png(rows: list[Row]) -> bytes | None:
         ax.plot(r.slowdown, r.memory_saved_pct, markers.get(r.strategy, "o"), color=color,
                 label=None if label in seen else label)
         seen.add(label)
-        if r.num_ckpts is not None:
-            ax.annotate(f"s={r.num_ckpts}", (r.slowdown, r.memory_saved_pct), fontsize=7,
-                        xytext=(3, -8), textcoords="offset points")
+        if r.num_ckpts is not None and r.loss == "final":
+            ax.annotate(f"{r.num_ckpts}", (r.slowdown, r.memory_saved_pct), fontsize=6,
+                        xytext=(2, -7), textcoords="offset points")
     ax.set_xlabel("slowdown vs store-all (×)")
     ax.set_ylabel("peak memory saved vs store-all (%, tracemalloc)")
-    ax.set_title("Memory saved vs slowdown (measured points, predicted curve)")
+    ax.set_title("Memory saved vs slowdown: measured points (bincheck labelled with num_ckpts), "
+                 "predicted curves", fontsize=9)
+    ax.set_xlim(0.5, 2.2)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=110)
