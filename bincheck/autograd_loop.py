@@ -825,7 +825,8 @@ def _loop_forward(*args, call: _Call):
 # whose output is F~(z; z.) = (F(z), J(z) z.). It is an ordinary loop of the same length (states are
 # pairs), so it is run with the same checkpoint schedule and the same machinery.
 #
-# * Forward mode:   dF(z)[z.]          = second half of F~(z; z.)   (one sweep, no snapshots).
+# * Forward mode:   dF(z)[z.] = second half of F~(z; z.): one tangent sweep, no snapshots of its
+#   own (autograd has already run the primal forward, which keeps num_ckpts snapshots).
 # * The VJP map V(z, g) = J(z)^T g is itself a primitive (_vjp_primitive). Its derivatives are
 #   derived from <g, J(z) z.> = <(0, g), F~(z; z.)>, which is linear in z. and in g:
 #     - reverse (VJP of V, cotangent z^ of its output): w.r.t. g it is J(z) z^ (forward mode);
