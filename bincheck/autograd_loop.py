@@ -588,7 +588,8 @@ class _LoopBase:
         executor.tracker.finish()
         stats.peak_snapshots = executor.tracker.peak_slots
 
-        p_cots = [_zeros(v) if a is None and i in p_want else a
+        p_wanted = set(p_want)
+        p_cots = [_zeros(v) if a is None and i in p_wanted else a
                   for i, (a, v) in enumerate(zip(p_acc, p_leaves))]
         x_cots = [x_bar.get(k) for k in range(len(x_leaves))]
         out = []

@@ -47,8 +47,10 @@ def _list_of(kind, choices=None):
 
 
 def _positive(text: str) -> int:
-    return _list_of(int)(text)[0] if "," not in text else \
-        (_ for _ in ()).throw(argparse.ArgumentTypeError(f"expected one integer, got {text!r}"))
+    values = _list_of(int)(text)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"expected one integer, got {text!r}")
+    return values[0]
 
 
 def parse_args(argv):
