@@ -1,13 +1,34 @@
-"""bincheck: optimal binomial checkpointing for long loops differentiated with HIPS autograd."""
+"""bincheck: optimal binomial checkpointing for long loops differentiated with HIPS autograd.
 
-from .autograd_loop import (CheckpointedLoop, LoopStats, NondeterministicStepError, WhileLoop,
-                            binomial_checkpoint, checkpointed_while_loop)
-from .executor import Executor
-from .schedule import (Advance, Cost, EqualSegments, Free, Plan, Restore, Reverse, ScheduleError, Snapshot,
-                       optimal_plain_steps, plan, simulate)
+The planning layer (``plan``, ``simulate``, the actions, ``EqualSegments``) and the runtime
+(``Executor``, ``LoopStats``) need only the standard library and numpy; the loops themselves
+(``binomial_checkpoint``, ``checkpointed_while_loop``, ...) import autograd, lazily, on first use.
+"""
+
+from typing import Any
+
+from .runtime import Executor, LoopStats
+from .schedule import (Advance, Cost, EqualSegments, Free, Plan, Restore, Reverse, ScheduleError,
+                       Snapshot, optimal_plain_steps, plan, simulate)
+
+_AUTOGRAD_NAMES = ("binomial_checkpoint", "checkpointed_while_loop", "CheckpointedLoop",
+                   "WhileLoop", "NondeterministicStepError")
 
 __all__ = ["binomial_checkpoint", "checkpointed_while_loop", "WhileLoop",
-           "NondeterministicStepError", "CheckpointedLoop", "LoopStats", "EqualSegments", "plan", "Plan", "optimal_plain_steps",
-           "simulate", "Cost", "ScheduleError", "Executor", "Advance", "Snapshot", "Restore",
-           "Free", "Reverse"]
+           "NondeterministicStepError", "CheckpointedLoop", "LoopStats", "EqualSegments", "plan",
+           "Plan", "optimal_plain_steps", "simulate", "Cost", "ScheduleError", "Executor",
+           "Advance", "Snapshot", "Restore", "Free", "Reverse"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name in _AUTOGRAD_NAMES:
+        from . import autograd as adapter     # the only import of autograd, deferred
+        value = getattr(adapter, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'bincheck' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_AUTOGRAD_NAMES))

@@ -1,21 +1,28 @@
-"""Command line: ``python -m bincheck plan SEQ_LEN NUM_CKPTS`` prints a plan's summary."""
+"""Command line: ``python -m bincheck plan SEQ_LEN NUM_CKPTS`` prints a plan's summary.
+
+Planning only: it needs neither autograd nor numpy.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 
 from .schedule.binomial import plan
+from .schedule.validate import short_repr
+
+_DIGITS = re.compile(r"[0-9]+")
 
 
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+    # Plain ASCII decimal digits only: int() would also take " 12", "+12", "1_000" and other
+    # scripts' digits, none of which a user means as a step count.
+    if not _DIGITS.fullmatch(text) or int(text) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer in decimal digits, got {short_repr(text, 40)}")
+    return int(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,10 +36,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--actions", action="store_true", help="also list every action (small plans)")
     args = parser.parse_args(argv)
     schedule = plan(args.seq_len, args.num_ckpts)
-    print(schedule)
-    if args.actions:
-        for action in schedule:
-            print(" ", action)
+    try:
+        print(schedule)
+        if args.actions:
+            for action in schedule:
+                print(" ", action)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (``... | head``): stop quietly, as Unix tools do. Point stdout at
+        # devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     return 0
 
 

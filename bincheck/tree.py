@@ -37,6 +37,20 @@ def _flatten(x: Any, leaves: list[Any]) -> Any:
     return LEAF
 
 
+def map_leaves(fn: Any, tree: Any) -> Any:
+    """The tree with ``fn`` applied to every leaf (the same containers, rebuilt)."""
+    t = type(tree)
+    if t is tuple or t is list:
+        return t(map_leaves(fn, c) for c in tree)
+    if t is dict:
+        return {k: map_leaves(fn, v) for k, v in tree.items()}
+    if tree is None:
+        return None
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+        return t(*(map_leaves(fn, c) for c in tree))
+    return fn(tree)
+
+
 def unflatten(treedef: Any, leaves: list[Any]) -> Any:
     it = iter(leaves)
     return _build(treedef, it)

@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 
 def run(*args):
     return subprocess.run([sys.executable, "-m", "bincheck", *args], capture_output=True, text=True)
@@ -23,3 +25,26 @@ def test_bad_arguments_give_usage_error():
         out = run(*args)
         assert out.returncode == 2
         assert "usage:" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_closed_pipe_is_quiet():
+    """``python -m bincheck plan ... --actions | head -1`` prints no BrokenPipeError traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "bincheck", "plan", "200000", "3", "--actions"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()                         # the reader goes away, as head does
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert first.startswith(b"binomial plan: 200000 steps")
+    assert "Traceback" not in err and "BrokenPipe" not in err
+
+
+@pytest.mark.parametrize("text", ["1_000", " 12", "+5", "\u0661\u0662", "1e3", "0x10"])
+def test_only_plain_decimal_digits_are_integers(text):
+    out = run("plan", text, "3")
+    assert out.returncode == 2 and "decimal digits" in out.stderr
+
+
+def test_over_long_argument_is_not_echoed_in_full():
+    out = run("plan", "9" * 5000 + "x", "3")
+    assert out.returncode == 2 and len(out.stderr) < 1000

@@ -3,25 +3,9 @@
 import autograd.numpy as np
 import pytest
 from autograd import grad
-from autograd.tracer import isbox
 
 from bincheck import binomial_checkpoint
-from models import flat_leaves, rnn_problem, tanh_rnn
-from test_schedule import closed_form
-
-
-class Counting:
-    """Wraps a step; counts evaluations under autograd's tape vs on plain arrays."""
-
-    def __init__(self, fn):
-        self.fn, self.taped, self.plain = fn, 0, 0
-
-    def __call__(self, params, state, x):
-        if any(isbox(leaf) for leaf in flat_leaves((params, state, x))):
-            self.taped += 1
-        else:
-            self.plain += 1
-        return self.fn(params, state, x)
+from helpers import Counter, closed_form, rnn_problem, tanh_rnn
 
 
 GRID = [(l, s) for l in (1, 2, 3, 5, 8, 13, 21, 34, 55, 89) for s in (1, 2, 3, 4, 6, 10, 25, 100)]
@@ -30,7 +14,7 @@ GRID = [(l, s) for l in (1, 2, 3, 5, 8, 13, 21, 34, 55, 89) for s in (1, 2, 3, 4
 @pytest.mark.parametrize("l,s", GRID)
 def test_gradient_does_optimal_work(l, s):
     params, h0, xs = rnn_problem(l, H=2, B=1, D=1)
-    cell = Counting(tanh_rnn)
+    cell = Counter(tanh_rnn)
     loop = binomial_checkpoint(cell, l, s)
     grad(lambda p, h, x: np.sum(loop(p, h, x)), (0, 1, 2))(params, h0, xs)
     assert cell.taped == l
@@ -41,7 +25,7 @@ def test_gradient_does_optimal_work(l, s):
 
 def test_forward_alone_runs_each_step_once():
     params, h0, xs = rnn_problem(50)
-    cell = Counting(tanh_rnn)
+    cell = Counter(tanh_rnn)
     binomial_checkpoint(cell, 50, 4)(params, h0, xs)
     assert (cell.plain, cell.taped) == (50, 0)
 
@@ -50,7 +34,7 @@ def test_checkpoints_are_placed_in_the_forward_pass():
     """The reverse never replays from the initial state: its plain work excludes the first sweep."""
     l, s = 200, 8
     params, h0, xs = rnn_problem(l, H=2, B=1, D=1)
-    cell = Counting(tanh_rnn)
+    cell = Counter(tanh_rnn)
     loop = binomial_checkpoint(cell, l, s)
     from autograd import make_vjp
     vjp, ans = make_vjp(lambda p: loop(p, h0, xs))(params)

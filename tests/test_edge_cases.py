@@ -6,7 +6,7 @@ import pytest
 from autograd import grad, hessian_vector_product, make_jvp, value_and_grad
 
 from bincheck import CheckpointedLoop, binomial_checkpoint, checkpointed_while_loop
-from models import assert_trees_close, plain_loop, rnn_problem, tanh_rnn
+from helpers import assert_trees_close, plain_loop, rnn_problem, tanh_rnn
 
 
 def test_dict_order_is_the_users():

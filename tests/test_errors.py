@@ -5,17 +5,9 @@ import numpy
 import pytest
 from autograd import grad
 
-from bincheck import binomial_checkpoint
-from models import rnn_problem, tanh_rnn
-
-
-class Counting:
-    def __init__(self, fn):
-        self.fn, self.calls = fn, 0
-
-    def __call__(self, *args):
-        self.calls += 1
-        return self.fn(*args)
+from bincheck import (Advance, CheckpointedLoop, Free, Reverse, ScheduleError, Snapshot,
+                      binomial_checkpoint, checkpointed_while_loop, simulate)
+from helpers import Counter, rnn_problem, tanh_rnn
 
 
 def test_fn_must_be_callable():
@@ -45,7 +37,7 @@ def test_bool_rejected_as_type_error():
 @pytest.mark.parametrize("differentiate", [False, True])
 def test_inputs_length_must_match(differentiate):
     params, h0, xs = rnn_problem(7)
-    cell = Counting(tanh_rnn)
+    cell = Counter(tanh_rnn)
     loop = binomial_checkpoint(cell, 9, 2)
     run = (lambda: grad(lambda p: np.sum(loop(p, h0, xs)))(params)) if differentiate else \
         (lambda: loop(params, h0, xs))
@@ -89,3 +81,64 @@ def test_shape_change_late_in_the_loop_is_caught():
     loop = binomial_checkpoint(bad, 6, 2)
     with pytest.raises(ValueError, match=r"step 3"):
         loop(params, h0, xs)
+
+
+@pytest.mark.parametrize("bad", [[Snapshot(0), Reverse(0, 1), Free(0)], None,
+                                 (a for a in [Snapshot(0)]), 3])
+def test_simulate_says_what_it_accepts(bad):
+    with pytest.raises(TypeError, match=r"simulate\(\) takes a schedule .*seq_len"):
+        simulate(bad)
+
+
+def test_simulate_accepts_a_list_with_its_length():
+    assert simulate([Snapshot(0), Reverse(0, 1), Free(0)], 1).taped_steps == 1
+    with pytest.raises(ScheduleError, match=r"unknown action 'advance' of type str"):
+        simulate(["advance"], 1)
+
+
+class NoReverse:
+    """A custom schedule that forgets to reverse."""
+    seq_len, first_reverse_start, plain_steps = 3, 2, 2
+
+    def __iter__(self):
+        yield Snapshot(0)
+        yield Advance(0, 2)
+
+
+def test_custom_schedule_without_reverse_is_a_schedule_error():
+    params, h0, xs = rnn_problem(3)
+    loop = CheckpointedLoop(tanh_rnn, NoReverse())
+    with pytest.raises(ScheduleError, match=r"yielded no Reverse action"):
+        grad(lambda p: np.sum(loop(p, h0, xs)))(params)
+
+
+def test_list_of_per_step_inputs_suggests_stack():
+    params, h0, xs = rnn_problem(5)
+    loop = binomial_checkpoint(tanh_rnn, 5, 2)
+    with pytest.raises(ValueError, match=r"list of 5 items.*numpy\.stack\(inputs\)"):
+        loop(params, h0, list(xs))
+
+
+def test_numpy_integers_and_bools_are_accepted():
+    params, h0, xs = rnn_problem(5)
+    loop = binomial_checkpoint(tanh_rnn, numpy.int64(5), numpy.int32(2),
+                               with_outputs=numpy.bool_(False), verify=numpy.bool_(True))
+    assert loop.verify is True and loop.with_outputs is False and loop.seq_len == 5
+    grad(lambda p: np.sum(loop(p, h0, xs)))(params)
+    run = checkpointed_while_loop(lambda p, x: x < 10.0, lambda p, x: x + p, numpy.int64(2),
+                                  max_steps=numpy.int64(5), verify=numpy.bool_(False))
+    assert run(4.0, 0.0) == 12.0 and run.max_steps == 5 and type(run.max_steps) is int
+
+
+@pytest.mark.parametrize("bad", [numpy.float64(2.0), numpy.bool_(True)])
+def test_numpy_floats_and_bools_are_not_lengths(bad):
+    with pytest.raises(TypeError, match="seq_len must be a positive int"):
+        binomial_checkpoint(tanh_rnn, bad, 2)
+    with pytest.raises(TypeError, match="verify must be a bool"):
+        binomial_checkpoint(tanh_rnn, 3, 2, verify=numpy.int64(1))
+
+
+def test_long_arguments_are_not_echoed_in_full():
+    with pytest.raises(TypeError) as info:
+        binomial_checkpoint(tanh_rnn, "7" * 10_000, 2)
+    assert len(str(info.value)) < 300

@@ -7,7 +7,7 @@ from autograd import grad, jacobian, make_vjp, value_and_grad
 from autograd.test_util import check_grads
 
 from bincheck import binomial_checkpoint
-from models import (assert_trees_close, autonomous, autonomous_problem, lstm, lstm_problem,
+from helpers import (assert_trees_close, autonomous, autonomous_problem, lstm, lstm_problem,
                     outputs_problem, plain_loop, rnn_problem, rnn_with_outputs, tanh_rnn)
 
 CASES = [(1, 1), (1, 3), (2, 1), (5, 1), (5, 2), (7, 3), (12, 4), (20, 5), (9, 9), (6, 20)]

@@ -11,7 +11,7 @@ from autograd import grad, hessian_vector_product, make_ggnvp, make_hvp, make_jv
 from autograd.test_util import check_grads
 
 from bincheck import binomial_checkpoint, checkpointed_while_loop
-from models import (assert_trees_close, autonomous, autonomous_problem, lstm, lstm_problem,
+from helpers import (assert_trees_close, autonomous, autonomous_problem, lstm, lstm_problem,
                     outputs_problem, plain_loop, rnn_problem, rnn_with_outputs, tanh_rnn)
 
 CASES = [(1, 1), (1, 2), (4, 1), (6, 2), (9, 3), (5, 8)]

@@ -1,27 +1,11 @@
 """Bounded memory, measured with tracemalloc (deterministic: allocation sizes, not timings)."""
 
-import gc
-import tracemalloc
-
 import autograd.numpy as np
 import numpy
 from autograd import grad
 
 from bincheck import binomial_checkpoint
-from models import plain_loop, rnn_problem, tanh_rnn
-
-
-def peak_bytes(fn, *args):
-    gc.collect()
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        result = fn(*args)
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
-    return peak, result
+from helpers import peak_bytes, plain_loop, rnn_problem, tanh_rnn
 
 
 def test_gradient_memory_is_20x_below_the_plain_loop():

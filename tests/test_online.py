@@ -4,26 +4,16 @@ import itertools
 
 import pytest
 
-from bincheck.schedule import Advance, Free, Restore, Reverse, Snapshot, Tracker
+from bincheck.schedule import Advance, Free, Restore, Reverse, Snapshot
 from bincheck.schedule.binomial import beta, optimal_plain_steps
 from bincheck.schedule.online import OnlinePlanner, offline_reverse_steps, reverse_steps
+from helpers import drive_online
 
 
 def drive(s, n):
-    """Run the planner for a loop that stops after n steps; return its actions and tracker."""
-    planner, tracker, actions = OnlinePlanner(s), Tracker(None, record=True), []
-    for a in planner.start():
-        actions.append(a)
-        tracker.apply(a)
-    for m in range(1, n):
-        for a in planner.advance(m):
-            actions.append(a)
-            tracker.apply(a)
-    tracker.end_forward(n)
-    for a in planner.reverse(n):
-        actions.append(a)
-        tracker.apply(a)
-    tracker.finish()
+    """Run the online planner for a loop that stops after n steps (validated as it goes)."""
+    planner = OnlinePlanner(s)
+    tracker, actions = drive_online(planner, n)
     return planner, tracker, actions
 
 
@@ -133,16 +123,7 @@ def test_every_k_planner_streams():
     from bincheck.schedule.online import EveryKPlanner
     for k in (1, 3, 10):
         for n in (0, 1, 2, 9, 10, 11, 31):
-            planner, tracker = EveryKPlanner(k), Tracker(None, record=True)
-            for a in planner.start():
-                tracker.apply(a)
-            for m in range(1, n):
-                for a in planner.advance(m):
-                    tracker.apply(a)
-            tracker.end_forward(n)
-            for a in planner.reverse(n):
-                tracker.apply(a)
-            tracker.finish()
+            tracker, _ = drive_online(EveryKPlanner(k), n)
             assert tracker.reversed == list(range(n - 1, -1, -1))
             assert tracker.plain_steps == max(n - 1, 0)          # the forward's hand-offs only
             assert tracker.peak_slots == len(range(0, max(n - 1, 1), k))

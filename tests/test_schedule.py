@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 from bincheck.schedule import (Advance, Free, Restore, Reverse, ScheduleError, Snapshot,
                                optimal_plain_steps, plan, repetitions, simulate, split)
 from bincheck.schedule.binomial import beta
+from helpers import closed_form
 
 GRID = [(l, s) for l in range(1, 201) for s in range(1, 21)]
 LONG = [(1000, s) for s in (1, 2, 5, 10, 20, 50, 100)]
@@ -20,15 +21,6 @@ LONG = [(1000, s) for s in (1, 2, 5, 10, 20, 50, 100)]
 # compares all 4000 points.
 ORACLE_GRID = (GRID if os.environ.get("BINCHECK_FULL_ORACLE") else
                [(l, s) for l, s in GRID if s <= 5 or l % 5 == 1 or l == 200])
-
-
-def closed_form(l, s):
-    """t(l, s) written directly from the definition, independently of the library's helpers."""
-    from math import comb
-    r = 0
-    while comb(s + r, s) < l:
-        r += 1
-    return r * l - (comb(s + 1 + r - 1, s + 1) if r >= 1 else 0)
 
 
 def revolve_counts(l, s):

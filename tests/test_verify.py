@@ -5,8 +5,9 @@ import numpy
 import pytest
 from autograd import grad
 
-from bincheck import NondeterministicStepError, binomial_checkpoint, checkpointed_while_loop
-from models import assert_trees_close, plain_loop, rnn_problem, tanh_rnn
+from bincheck import CheckpointedLoop, EqualSegments, NondeterministicStepError, \
+    binomial_checkpoint, checkpointed_while_loop
+from helpers import assert_trees_close, plain_loop, plain_while, rnn_problem, tanh_rnn
 
 
 @pytest.mark.parametrize("l,s", [(1, 1), (7, 1), (12, 3), (10, 10), (30, 4)])
@@ -33,16 +34,88 @@ def test_unseeded_randomness_is_caught(l, s):
     grad(lambda p: np.sum(loop(p, h0, xs)))(params)
 
 
-def test_in_place_mutation_of_params_is_caught():
-    def mutating(params, h, x):
-        out = tanh_rnn(params, h, x)
-        if isinstance(params[2], numpy.ndarray):
-            params[2][...] += 0.01               # mutates the caller's bias on plain steps
+def drifting_at(k):
+    """A tanh RNN whose step k returns something different on every evaluation after its first."""
+    calls = [0]
+
+    def step(params, h, x):
+        out = tanh_rnn(params, h, x["x"])
+        if int(x["t"]) == k:
+            out = out + 1e-3 * calls[0]
+            calls[0] += 1
         return out
+    return step
+
+
+def schedules(l):
+    return [binomial_checkpoint(tanh_rnn, l, s).plan for s in (1, 2, 3, 4)] + \
+        [EqualSegments(l, 3)]
+
+
+@pytest.mark.parametrize("l", [12, 20])
+def test_every_drifting_step_is_caught_or_harmless(l):
+    """For every step k and several schedules: with verify=True a step that changes on
+    re-evaluation raises, or the gradient is still the plain loop's. Round 1 missed steps of the
+    last forward segment at (12, 2), (12, 3), (20, 4)."""
+    params, h0, xs = rnn_problem(l)
+    inputs = {"x": xs, "t": numpy.arange(l)}
+    g0 = grad(lambda p: np.sum(plain_loop(tanh_rnn, p, h0, xs, l) ** 2))(params)
+    wrong_without_verify = 0
+    for schedule in schedules(l):
+        for k in range(l):
+            loop = CheckpointedLoop(drifting_at(k), schedule, verify=True)
+            try:
+                g = grad(lambda p: np.sum(loop(p, h0, inputs) ** 2))(params)
+            except NondeterministicStepError:
+                continue
+            assert_trees_close(g, g0)          # not caught: then it must not have mattered
+        loop = CheckpointedLoop(drifting_at(0), schedule)
+        g = grad(lambda p: np.sum(loop(p, h0, inputs) ** 2))(params)
+        wrong_without_verify += not numpy.allclose(g[0], g0[0], rtol=1e-8)
+    assert wrong_without_verify >= 3            # the drift does change gradients when unchecked
+
+
+def test_recomputed_outputs_are_compared():
+    """The state is deterministic, the per-step output y is not: caught through y."""
+    calls = [0]
+
+    def step(params, h, x):
+        calls[0] += 1
+        new = tanh_rnn(params[:3], h, x)
+        return new, np.dot(new, params[3]) + 1e-3 * calls[0]
     params, h0, xs = rnn_problem(9)
-    params = (params[0], params[1], params[2].copy())
+    params = params + (numpy.ones((4, 2)),)
+    loop = binomial_checkpoint(step, 9, 2, with_outputs=True, verify=True)
+    with pytest.raises(NondeterministicStepError, match=r"the output y of step"):
+        grad(lambda p: np.sum(loop(p, h0, xs)[1] ** 2))(params)
+
+
+def test_tolerance_is_relative_to_the_leaf_scale():
+    """A leaf element at round-off level (a difference of equal sums) may differ by round-off
+    between evaluations without being flagged; the gradient is right."""
+    rng = numpy.random.RandomState(3)
+
+    def step(a, st, x):
+        big, tiny = st
+        new_big = np.sin(big * a) + 1.0
+        roundoff = 1e-17 * rng.randn(*np.shape(tiny))          # sums evaluated in another order
+        return (new_big, np.concatenate([new_big[:1] - new_big[:1], roundoff[1:]]))
+    st0 = (numpy.linspace(0.5, 1.5, 4), numpy.zeros(4))
+    loop = binomial_checkpoint(step, 15, 3, verify=True)
+    g = grad(lambda a: np.sum(loop(a, st0, None)[0]))(0.7)
+    g0 = grad(lambda a: np.sum(plain_loop(step, a, st0, None, 15)[0]))(0.7)
+    assert g == pytest.approx(g0, rel=1e-12)
+
+
+def test_mutating_closed_over_state_is_caught():
+    bias = numpy.zeros(4)
+
+    def mutating(params, h, x):
+        bias[0] += 0.01                          # a side effect outside the arguments
+        return tanh_rnn(params, h, x) + bias
+    params, h0, xs = rnn_problem(9)
     loop = binomial_checkpoint(mutating, 9, 2, verify=True)
-    with pytest.raises(NondeterministicStepError, match=r"verify=True: recomputing steps"):
+    with pytest.raises(NondeterministicStepError, match=r"verify=True: (recomputing|taping)"):
         grad(lambda W: np.sum(loop((W, params[1], params[2]), h0, xs)))(params[0])
 
 
@@ -52,9 +125,11 @@ def test_while_loop_verify():
     run = checkpointed_while_loop(lambda p, st: st[0] < 20, body, 3, verify=True)
     with pytest.raises(NondeterministicStepError):
         grad(lambda p: run(p, (0.0, 1.0))[1])(0.9)
-    good = checkpointed_while_loop(lambda p, st: st[0] < 20,
-                                   lambda p, st: (st[0] + 1.0, st[1] * p), 3, verify=True)
-    assert grad(lambda p: good(p, (0.0, 1.0))[1])(0.9) == pytest.approx(20 * 0.9 ** 19)
+    cond = lambda p, st: st[0] < 20
+    good_body = lambda p, st: (st[0] + 1.0, st[1] * p)
+    good = checkpointed_while_loop(cond, good_body, 3, verify=True)
+    g0 = grad(lambda p: plain_while(cond, good_body)(p, (0.0, 1.0))[1])(0.9)
+    assert grad(lambda p: good(p, (0.0, 1.0))[1])(0.9) == pytest.approx(g0, rel=1e-12)
 
 
 def test_verify_must_be_bool():

@@ -4,19 +4,10 @@ import autograd.numpy as np
 import numpy
 import pytest
 from autograd import grad, make_vjp
-from autograd.tracer import isbox
 
 from bincheck import checkpointed_while_loop
 from bincheck.schedule.binomial import beta, optimal_plain_steps
-from models import assert_trees_close, flat_leaves
-
-
-def plain_while(cond, body):
-    def run(params, state):
-        while cond(params, state):
-            state = body(params, state)
-        return state
-    return run
+from helpers import Counter, assert_trees_close, peak_bytes, plain_while
 
 
 # --- explicit Euler until t >= T_end, with a state-dependent step size
@@ -97,24 +88,12 @@ def test_siskind_pearlmutter_nested_loops(s):
     assert run.num_steps > 60                    # the inner loops really vary: 1e-7 takes ~45
 
 
-class Counting:
-    def __init__(self, fn):
-        self.fn, self.plain, self.taped = fn, 0, 0
-
-    def __call__(self, p, st):
-        if any(isbox(v) for v in flat_leaves((p, st))):
-            self.taped += 1
-        else:
-            self.plain += 1
-        return self.fn(p, st)
-
-
 @pytest.mark.parametrize("s", [1, 2, 3, 5, 8])
 def test_counts_match_offline_optimum_up_to_beta2(s):
     for n in sorted({1, 2, 3, s + 1, beta(s, 2) - 1, beta(s, 2)}):
         if n < 1:
             continue
-        body = Counting(lambda p, st: (st[0] + 1.0, np.sin(st[1] * p)))
+        body = Counter(lambda p, st: (st[0] + 1.0, np.sin(st[1] * p)))
         run = checkpointed_while_loop(lambda p, st: st[0] < n, body, s)
         grad(lambda p, y: run(p, (0.0, y))[1], (0, 1))(0.9, 0.3)   # both args: one sweep
         assert run.num_steps == n
@@ -157,7 +136,12 @@ def test_plain_call_matches_and_keeps_nothing():
     out = run(EULER_P, (0.0, EULER_Y0))
     ref = plain_while(euler_cond, euler_body)(EULER_P, (0.0, EULER_Y0))
     assert_trees_close(out, ref, rtol=0, atol=0)
-    assert run.planner is None
+    # a plain call stores no snapshots: its memory is a few states, not num_ckpts of them
+    big = numpy.ones(100_000)
+    run = checkpointed_while_loop(lambda p, st: st[0] < 50, lambda p, st: (st[0] + 1, st[1] * p),
+                                  40)
+    peak, _ = peak_bytes(run, 1.0, (0, big))
+    assert peak < 4 * big.nbytes
 
 
 @pytest.mark.parametrize("kwargs,exc,match", [

@@ -32,7 +32,7 @@ from autograd import make_vjp
 from autograd.tracer import isbox
 
 from bincheck import binomial_checkpoint, checkpointed_while_loop
-from bincheck.autograd_loop import WhileLoop
+from bincheck import WhileLoop
 from bincheck.schedule.online import EveryKPlanner
 
 from ..rnn.report import write_atomic

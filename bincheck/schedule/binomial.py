@@ -21,25 +21,11 @@ cheap enough to stream plans for millions of steps.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterator
 from math import comb
 
 from .actions import Action, Advance, Free, Restore, Reverse, Snapshot
-
-
-def check_positive_int(name: str, value: object, rule: str = "") -> int:
-    """Raise a ValueError/TypeError naming ``name`` unless ``value`` is a positive integer.
-
-    Integer types such as ``numpy.int64`` are accepted (and returned as int); bools and floats
-    are not, even when integral, because they are almost always a mistake.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a positive int{rule}; got {value!r} of type "
-                        f"{type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int{rule}; got {value!r}")
-    return int(value)
+from .validate import NUM_CKPTS_RULE, check_positive_int
 
 
 def beta(s: int, r: int) -> int:
@@ -148,8 +134,7 @@ class Plan:
 
     def __init__(self, seq_len: int, num_ckpts: int) -> None:
         self.seq_len = check_positive_int("seq_len", seq_len)
-        self.num_ckpts = check_positive_int(
-            "num_ckpts", num_ckpts, " (it counts stored states, the initial one included)")
+        self.num_ckpts = check_positive_int("num_ckpts", num_ckpts, NUM_CKPTS_RULE)
 
     def __iter__(self) -> Iterator[Action]:
         return binomial_actions(self.seq_len, self.num_ckpts)

@@ -33,7 +33,8 @@ from collections.abc import Iterator
 from functools import lru_cache
 
 from .actions import Action, Advance, Free, Restore, Reverse, Snapshot
-from .binomial import binomial_actions, check_positive_int, optimal_plain_steps
+from .binomial import binomial_actions, optimal_plain_steps
+from .validate import NUM_CKPTS_RULE, check_positive_int
 
 
 @lru_cache(maxsize=4096)
@@ -70,8 +71,7 @@ class OnlinePlanner:
     """
 
     def __init__(self, num_ckpts: int, horizon: int = 4) -> None:
-        self.s = check_positive_int(
-            "num_ckpts", num_ckpts, " (it counts stored states, the initial one included)")
+        self.s = check_positive_int("num_ckpts", num_ckpts, NUM_CKPTS_RULE)
         self.horizon = horizon
         self.snaps: list[int] = [0]
         self._sums_for: tuple | None = None

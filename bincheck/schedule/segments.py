@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .actions import Action, Advance, Free, Restore, Reverse, Snapshot
-from .binomial import check_positive_int
+from .validate import check_positive_int
 
 
 class EqualSegments:

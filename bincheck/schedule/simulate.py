@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .actions import Action, Advance, Free, Restore, Reverse, Snapshot
+from .validate import short_repr, check_positive_int
 
 
 class ScheduleError(RuntimeError):
@@ -78,7 +79,8 @@ class Tracker:
                 self._fail(action, f"stored states are {sorted(self.stored)}")
             self.stored.remove(action.index)
         else:
-            raise ScheduleError(f"unknown action {action!r}")
+            raise ScheduleError(f"unknown action {short_repr(action)} of type {type(action).__name__}: "
+                                f"a schedule yields Advance, Snapshot, Restore, Free and Reverse")
 
     def end_forward(self, seq_len: int) -> None:
         """An online stream's loop has stopped after ``seq_len`` steps: the adjoint starts there."""
@@ -114,12 +116,26 @@ class Cost:
 def simulate(actions: Iterable[Action], seq_len: int | None = None) -> Cost:
     """Run ``actions`` symbolically; raise ScheduleError if invalid, else return its cost.
 
-    ``seq_len`` defaults to the plan's own ``seq_len`` attribute.
+    ``actions`` is a schedule (``bincheck.plan(...)``, ``EqualSegments(...)``: anything with a
+    ``seq_len`` attribute that iterates actions), or any iterable of actions when ``seq_len`` is
+    given.
     """
     if seq_len is None:
-        seq_len = actions.seq_len  # type: ignore[attr-defined]
+        seq_len = getattr(actions, "seq_len", None)
+        if seq_len is None:
+            raise TypeError(
+                f"simulate() takes a schedule (such as bincheck.plan(seq_len, num_ckpts) or "
+                f"EqualSegments(seq_len, n): an iterable of actions with a seq_len attribute), or "
+                f"an iterable of actions together with seq_len=...; got {short_repr(actions)} of type "
+                f"{type(actions).__name__} and no seq_len")
+    seq_len = check_positive_int("seq_len", seq_len)
+    try:
+        stream = iter(actions)
+    except TypeError:
+        raise TypeError(f"simulate() takes an iterable of actions; got {short_repr(actions)} of type "
+                        f"{type(actions).__name__}") from None
     tracker = Tracker(seq_len, record=True)
-    for action in actions:
+    for action in stream:
         tracker.apply(action)
     tracker.finish()
     return Cost(tracker.plain_steps, tracker.taped_steps, tracker.peak_slots, tracker.reversed)

@@ -1,7 +1,16 @@
-"""Small step functions and their plain (uncheckpointed) loops, shared by the tests."""
+"""Shared test helpers: small step functions and problems, the plain (uncheckpointed) reference
+loops, an evaluation counter, a tracemalloc peak and the closed form t(l, s). Test modules import
+from here only, never from each other."""
+
+import gc
+import tracemalloc
+from math import comb
 
 import autograd.numpy as np
 import numpy
+from autograd.tracer import isbox
+
+from bincheck.schedule import Tracker
 
 
 def tanh_rnn(params, h, x):
@@ -93,3 +102,71 @@ def assert_trees_close(a, b, rtol=1e-10, atol=1e-13):
     assert len(la) == len(lb)
     for x, y in zip(la, lb):
         numpy.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
+
+
+def plain_while(cond, body):
+    """The plain Python while loop (reference for checkpointed_while_loop)."""
+    def run(params, state):
+        while cond(params, state):
+            state = body(params, state)
+        return state
+    return run
+
+
+class Counter:
+    """Wraps a step function; counts evaluations under autograd's tape vs on plain arrays."""
+
+    def __init__(self, fn):
+        self.fn, self.taped, self.plain = fn, 0, 0
+
+    def __call__(self, *args):
+        if any(isbox(leaf) for leaf in flat_leaves(args)):
+            self.taped += 1
+        else:
+            self.plain += 1
+        return self.fn(*args)
+
+    @property
+    def calls(self):
+        return self.plain + self.taped
+
+
+def peak_bytes(fn, *args):
+    """(tracemalloc peak above the starting level while ``fn(*args)`` runs, its result)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        result = fn(*args)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    return peak, result
+
+
+def closed_form(l, s):
+    """t(l, s) written directly from the definition, independently of the library's helpers."""
+    r = 0
+    while comb(s + r, s) < l:
+        r += 1
+    return r * l - (comb(s + 1 + r - 1, s + 1) if r >= 1 else 0)
+
+
+def drive_online(planner, n):
+    """Drive an online planner for a loop that stops after ``n`` steps, validating every action.
+
+    Returns the tracker (counts, reversed order) and the list of actions."""
+    tracker, actions = Tracker(None, record=True), []
+
+    def take(stream):
+        for a in stream:
+            actions.append(a)
+            tracker.apply(a)
+    take(planner.start())
+    for m in range(1, n):
+        take(planner.advance(m))
+    tracker.end_forward(n)
+    take(planner.reverse(n))
+    tracker.finish()
+    return tracker, actions

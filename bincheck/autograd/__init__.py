@@ -1,0 +1,21 @@
+"""The autograd adapter: the only package that imports HIPS autograd.
+
+One concept per module, imports flowing one way (``loops`` -> ``primitives`` -> ``tangent``,
+``sweep`` -> ``tape`` -> ``steps`` -> ``verify``, all over ``boundary``):
+
+* :mod:`.boundary`   user trees <-> the primitive's arguments; the per-call context
+* :mod:`.steps`      the checked plain step (read-only views, structure checks, outputs)
+* :mod:`.tape`       taping one segment and its multi-output backward
+* :mod:`.sweep`      the reverse sweep (adjoint, accumulators, one sweep for all arguments)
+* :mod:`.verify`     ``verify=True``: an executor observer comparing recomputations
+* :mod:`.tangent`    the tangent loop: forward mode and higher-order rules
+* :mod:`.primitives` the two primitives and all their ``def*vjp/jvp`` registrations
+* :mod:`.loops`      the front ends: ``binomial_checkpoint``, ``checkpointed_while_loop``
+"""
+
+from .boundary import InternalError
+from .loops import CheckpointedLoop, WhileLoop, binomial_checkpoint, checkpointed_while_loop
+from .verify import NondeterministicStepError
+
+__all__ = ["CheckpointedLoop", "WhileLoop", "binomial_checkpoint", "checkpointed_while_loop",
+           "NondeterministicStepError", "InternalError"]

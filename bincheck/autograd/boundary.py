@@ -1,0 +1,170 @@
+"""User trees <-> the primitive's arguments, and the per-call context.
+
+Two levels of leaves. The *arguments* of the loop primitive are the user's trees flattened through
+plain containers only: a container that autograd boxed as a whole (``grad`` w.r.t. a dict of
+weights gives a ``DictBox``) stays one argument, so its cotangent goes back as one dict and autograd
+never scatters per-key cotangents into zero-filled copies of the whole dict. Inside the primitive
+everything is flattened down to array leaves (:class:`Group`).
+
+Under a tape, ``autograd.builtins.tuple/list/dict`` give ``SequenceBox`` / ``DictBox`` where the
+plain step gives a real container, so a taped state can look like one leaf where the plain state
+has several. :func:`expand_boxes` turns such boxes into plain containers of element boxes (indexing
+a container box is itself a taped operation, so cotangents flow back exactly); every place that
+pairs taped leaves with cotangents goes through it and checks the counts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autograd.builtins import DictBox, SequenceBox
+from autograd.core import vspace
+
+from ..runtime.stats import LoopStats
+from ..tree import LEAF, flatten, map_leaves, unflatten
+
+
+class InternalError(RuntimeError):
+    """A bincheck invariant failed: a bug in bincheck, never a user error. Please report it."""
+
+
+def values(tree: Any) -> Any:
+    """The tree with container boxes replaced by their values (for shape checks only)."""
+    t = type(tree)
+    if t is SequenceBox or t is DictBox:
+        return values(tree._value)
+    if t is tuple or t is list:
+        return t(values(c) for c in tree)
+    if t is dict:
+        return {k: values(v) for k, v in tree.items()}
+    return tree
+
+
+def expand_boxes(tree: Any) -> Any:
+    """The tree with every container box replaced by a plain container of its element boxes."""
+    return map_leaves(_expand_box, tree)
+
+
+def _expand_box(leaf: Any) -> Any:
+    t = type(leaf)
+    if t is SequenceBox:
+        return expand_boxes(type(leaf._value)(leaf[i] for i in range(len(leaf._value))))
+    if t is DictBox:
+        return expand_boxes({k: leaf[k] for k in leaf._value})
+    return leaf
+
+
+def differentiable(value: Any) -> bool:
+    """Float or complex leaves are traced; integer leaves (step counters, indices) are not."""
+    if isinstance(value, (float, complex)):
+        return True
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and dtype.kind in "fc"
+
+
+def zeros(value: Any) -> Any:
+    """The zero cotangent of a state leaf; None for an integer leaf (it has none)."""
+    return vspace(value).zeros() if differentiable(value) else None
+
+
+class Group:
+    """One of params / init_state / inputs: its argument leaves and its array leaves."""
+
+    __slots__ = ("arg_def", "n_args", "tree_def", "spans")
+
+    def __init__(self, arg_def: Any, n_args: int) -> None:
+        self.arg_def, self.n_args = arg_def, n_args
+        self.tree_def = None   # structure of the fully flattened tree (set by expand)
+        self.spans = None      # per argument: (first leaf, stop leaf, its own treedef)
+
+    def expand(self, args) -> list:
+        """Array leaves of this group, given its argument values (plain, inside the primitive)."""
+        leaves, spans = [], []
+        for a in args:
+            sub, sub_def = flatten(a)
+            spans.append((len(leaves), len(leaves) + len(sub), sub_def))
+            leaves += sub
+        self.spans = spans
+        self.tree_def = flatten(unflatten(self.arg_def, list(args)))[1]
+        return leaves
+
+    def leaves_of(self, k: int) -> range:
+        lo, hi, _ = self.spans[k]
+        return range(lo, hi)
+
+    def gather(self, k: int, leaf_cotangents: list) -> Any:
+        """The cotangent of argument ``k`` from its array leaves' cotangents."""
+        lo, hi, sub_def = self.spans[k]
+        if sub_def is LEAF:
+            return leaf_cotangents[lo]
+        return unflatten(sub_def, leaf_cotangents[lo:hi])
+
+
+class Pending:
+    """A forward's result waiting for the reverse sweep: the executor holding the snapshots, the
+    schedule's remaining actions, the plain stepper and the stats of this forward + reverse."""
+
+    __slots__ = ("executor", "actions", "stepper", "stats")
+
+    def __init__(self, executor: Any, actions: Any, stepper: Any, stats: LoopStats) -> None:
+        self.executor, self.actions, self.stepper, self.stats = executor, actions, stepper, stats
+
+
+class Call:
+    """One call of a loop: everything its primitive's forward and its VJP share.
+
+    Loop objects hold configuration only; this object holds the call's state, so one loop can be
+    called twice in one loss, from two threads, or from inside its own step. ``pending`` is the
+    forward's result waiting for the reverse sweep (executor with snapshots, remaining actions,
+    stepper, stats); the sweep takes it, so snapshots are released as soon as they are used.
+    """
+
+    __slots__ = ("loop", "groups", "pending", "out_leaves", "n", "stats")
+
+    def __init__(self, loop: Any, groups: list[Group]) -> None:
+        self.loop, self.groups = loop, groups
+        self.pending = None
+        self.out_leaves: list | None = None   # the final state's leaves (integer ones included)
+        self.n: int | None = None             # number of steps this call ran
+        self.stats = LoopStats()
+
+    def take_pending(self, args: tuple) -> Pending:
+        """The forward's snapshots, for one reverse sweep. A second VJP of the same call (e.g.
+        ``jacobian``) finds them used up and runs the forward again."""
+        if self.pending is None:
+            self.loop.forward(self, args)
+        pending, self.pending = self.pending, None
+        return pending
+
+    def split(self, args: tuple) -> tuple:
+        n_p, n_s = self.groups[0].n_args, self.groups[1].n_args
+        return args[:n_p], args[n_p:n_p + n_s], args[n_p + n_s:]
+
+    # The primitive's output is a flat tuple of the final state's float leaves (and ys): what
+    # autograd handles best. Integer leaves (counters) cannot be boxed at all, so they travel
+    # beside the primitive and unpack puts them back.
+    def pack(self, out: Any) -> tuple:
+        final, ys = out if self.loop.with_outputs else (out, None)
+        leaves = flatten(final)[0]
+        self.out_leaves = leaves
+        packed = tuple(v for v in leaves if differentiable(v))
+        return packed + (ys,) if self.loop.with_outputs else packed
+
+    def unpack(self, packed: Any) -> Any:
+        items = list(packed)
+        ys = items.pop() if self.loop.with_outputs else None
+        it = iter(items)
+        leaves = [next(it) if differentiable(v) else v for v in self.out_leaves]
+        final = unflatten(self.groups[1].tree_def, leaves)
+        return (final, ys) if self.loop.with_outputs else final
+
+    def state_cotangent(self, g: Any) -> tuple[list, Any]:
+        """Split the cotangent of :meth:`pack`'s tuple into per-leaf state cotangents and ys'."""
+        items = list(g)
+        g_ys = items.pop() if self.loop.with_outputs else None
+        n_float = sum(differentiable(v) for v in self.out_leaves)
+        if len(items) != n_float:
+            raise InternalError(f"the output cotangent has {len(items)} state leaves, the "
+                                f"output {n_float}")
+        it = iter(items)
+        return [next(it) if differentiable(v) else None for v in self.out_leaves], g_ys

@@ -1,0 +1,119 @@
+"""The reverse sweep: replay the rest of the schedule, taping one segment at a time.
+
+:class:`Sweep` is the stepper of the reverse phase: plain ``Advance`` goes to the forward's stepper,
+``Reverse`` tapes a segment (:mod:`.tape`) and pulls the adjoint back through it. It holds the
+sweep's own state — the adjoint, the parameter accumulators, the input cotangent buffers — and
+returns the cotangents of every requested argument from this one sweep (``defvjp_argnums``: never
+one sweep per argument). Buffers are allocated only for what was asked for.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from autograd.core import vspace
+
+from ..tree import flatten
+from .boundary import Call, InternalError, Pending, zeros
+from .tape import accumulate, backward, tape_segment
+from .verify import Verifier
+
+
+class Sweep:
+    """Reverse-phase stepper for one VJP of one call; see the module docstring."""
+
+    __slots__ = ("plain", "executor", "p_def", "p_leaves", "p_want", "s_want", "x_want",
+                 "adjoint", "g_ys", "p_acc", "x_bar", "new_adjoint", "verifier", "stats")
+
+    def __init__(self, call: Call, pending: Pending, argnums: tuple, g: tuple,
+                 verifier: Verifier | None) -> None:
+        groups = call.groups
+        n_p, n_s = groups[0].n_args, groups[1].n_args
+        self.plain = stepper = pending.stepper
+        self.executor = pending.executor
+        self.stats = pending.stats
+        self.verifier = verifier
+        self.p_leaves, self.p_def = flatten(stepper.params)
+
+        def wanted(group: int, offset: int) -> list:
+            out: list = []
+            for k in range(groups[group].n_args):
+                if offset + k in argnums:
+                    out += groups[group].leaves_of(k)
+            return out
+
+        self.p_want = wanted(0, 0)
+        self.s_want = bool(wanted(1, n_p))
+        self.x_want = wanted(2, n_p + n_s)
+        self.adjoint, self.g_ys = call.state_cotangent(g)
+        self.p_acc: list = [None] * len(self.p_leaves)
+        self.x_bar = {k: vspace(stepper.x_leaves[k]).zeros() for k in self.x_want}
+        self.new_adjoint: list = []
+
+    def advance(self, state: Any, start: int, stop: int) -> Any:
+        return self.plain.advance(state, start, stop)
+
+    def reverse(self, state: Any, start: int, stop: int) -> None:
+        t0 = time.perf_counter()
+        box_state = start > 0 or self.s_want     # state 0's cotangent: only if asked for
+        seg = tape_segment(self.plain, self.p_def, self.p_leaves, self.p_want, state, box_state,
+                           self.x_want, start, stop, self.adjoint, self.g_ys)
+        if self.verifier is not None:
+            self.verifier.taped(start, stop, seg.input_leaves,
+                                [getattr(v, "_value", v) for v in seg.output_leaves],
+                                self.executor)
+        t1 = time.perf_counter()
+        self.new_adjoint = [None] * len(seg.input_leaves)
+        backward(seg.ends, seg.cotangents, seg.roots, self._deliver)
+        if box_state:
+            self.adjoint = [zeros(v) if a is None else a
+                            for a, v in zip(self.new_adjoint, seg.input_leaves)]
+        stats = self.stats
+        stats.backward_seconds += time.perf_counter() - t1
+        stats.tape_seconds += t1 - t0
+        stats.taped_steps += stop - start
+
+    def _deliver(self, where: tuple, cot: Any) -> None:
+        kind, key = where
+        if kind == "p":
+            self.p_acc[key] = accumulate(self.p_acc[key], cot)
+        elif kind == "s":
+            self.new_adjoint[key] = cot
+        else:
+            t, k = key
+            self.x_bar[k][t] = cot
+
+    def cotangents(self, call: Call, argnums: tuple) -> tuple:
+        groups = call.groups
+        n_p, n_s = groups[0].n_args, groups[1].n_args
+        p_wanted = set(self.p_want)
+        p_cots = [zeros(v) if a is None and i in p_wanted else a
+                  for i, (a, v) in enumerate(zip(self.p_acc, self.p_leaves))]
+        x_cots = [self.x_bar.get(k) for k in range(len(self.plain.x_leaves))]
+        out = []
+        for a in argnums:
+            if a < n_p:
+                out.append(groups[0].gather(a, p_cots))
+            elif a < n_p + n_s:
+                out.append(groups[1].gather(a - n_p, self.adjoint))
+            else:
+                out.append(groups[2].gather(a - n_p - n_s, x_cots))
+        return tuple(out)
+
+
+def reverse_sweep(call: Call, argnums: tuple, args: tuple, g: tuple) -> tuple:
+    """The reverse sweep on plain values: cotangents of ``argnums`` for output cotangent ``g``."""
+    t0 = time.perf_counter()
+    pending = call.take_pending(args)
+    verifier = Verifier(call.n, call.out_leaves) if call.loop.verify else None
+    sweep = Sweep(call, pending, argnums, g, verifier)
+    executor = pending.executor
+    if executor.run(pending.actions, sweep, (verifier,) if verifier else ()) is not None:
+        raise InternalError("the reverse sweep stopped early")        # pragma: no cover
+    executor.tracker.finish()
+    pending.stats.peak_snapshots = executor.tracker.peak_slots
+    result = sweep.cotangents(call, argnums)
+    pending.stats.library_seconds += time.perf_counter() - t0
+    call.loop.stats = pending.stats          # publish one whole call's stats at once
+    return result

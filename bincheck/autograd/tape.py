@@ -1,0 +1,141 @@
+"""Taping one segment of steps and pulling cotangents back through it, once.
+
+A segment is traced with one root node per differentiated array leaf and ended by a multi-output
+backward pass (:func:`backward`), so no container boxes are built and no cotangent is computed for
+a leaf nobody asked for (input slices are boxed only when ``inputs`` is differentiated). Parameter
+cotangents are delivered as soon as each is complete, so the caller can add it into its
+accumulator and free it before the next one is computed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+from autograd.core import VJPNode, add_outgrads
+from autograd.tracer import getval, isbox, new_box, trace_stack
+from autograd.util import toposort
+
+from ..tree import conform, describe, flatten, unflatten
+from .boundary import InternalError, differentiable, expand_boxes
+from .steps import PlainStepper, call_fn
+
+
+class _Sink:
+    """A pseudo-node whose parents are all outputs of a taped segment (multi-output backward)."""
+
+    __slots__ = ("parents", "vjp")
+
+    def __init__(self, parents: list, cotangents: list) -> None:
+        self.parents = parents
+        self.vjp = lambda _: cotangents
+
+
+def backward(ends: list, cotangents: list, roots: dict, deliver: Callable) -> None:
+    """Pull ``cotangents`` back from the end nodes to the root nodes of one taped segment.
+
+    ``deliver(roots[node], g)`` is called as soon as a root's cotangent is complete (toposort
+    yields a node after all its consumers).
+    """
+    if not ends:
+        return
+    sink = _Sink(ends, cotangents)
+    outgrads: dict = {sink: (None, False)}
+    ingrad = None
+    for node in toposort(sink):
+        g = outgrads.pop(node)[0]
+        where = roots.get(node)
+        if where is not None:
+            deliver(where, g)
+            continue
+        ingrad = None     # drop the previous node's last cotangent before computing new ones
+        for parent, ingrad in zip(node.parents, node.vjp(g)):
+            outgrads[parent] = add_outgrads(outgrads.get(parent), ingrad)
+        # The tape is used once: release this node's saved values now, not after the sweep.
+        node.vjp = None
+
+
+def accumulate(acc: Any, g: Any) -> Any:
+    """acc + g, in place when both are plain arrays (``acc`` is always our own copy)."""
+    if acc is None:
+        # Keep g's memory layout: autograd's dot VJP returns transposed views, and adding
+        # F-ordered contributions into a C-ordered accumulator is a cache-hostile strided add.
+        return g.copy(order="K") if type(g) is np.ndarray else g
+    if type(acc) is np.ndarray and type(g) is np.ndarray and acc.shape == g.shape:
+        np.add(acc, g, out=acc)
+        return acc
+    return acc + g
+
+
+class Segment:
+    """What taping steps ``start..stop-1`` left: the tape's ends with their cotangents, its
+    roots (node -> where its cotangent goes) and the plain values of its input and output."""
+
+    __slots__ = ("ends", "cotangents", "roots", "input_leaves", "output_leaves")
+
+    def __init__(self) -> None:
+        self.ends: list = []
+        self.cotangents: list = []
+        self.roots: dict = {}
+        self.input_leaves: list = []
+        self.output_leaves: list = []
+
+
+def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_want: list, state: Any,
+                 box_state: bool, x_want: list, start: int, stop: int, adjoint: list,
+                 g_ys: Any) -> Segment:
+    """Tape steps ``start..stop-1`` from ``state``; pair the output with ``adjoint``.
+
+    Roots: ``("p", i)`` for params leaf ``i`` in ``p_want``, ``("s", j)`` for state leaf ``j``
+    (when ``box_state``), ``("x", (t, k))`` for input leaf ``k`` at step ``t`` in ``x_want``.
+    Unboxed leaves are handed to ``fn`` as the stepper's read-only views.
+    """
+    seg = Segment()
+    roots = seg.roots
+    fn, s_def = stepper.fn, stepper.s_def
+    with trace_stack.new_trace() as trace:
+
+        def box(value: Any, where: tuple) -> Any:
+            node = VJPNode.new_root()
+            roots[node] = where
+            return new_box(value, trace, node)
+
+        p_vals = list(p_leaves)
+        for i in p_want:
+            p_vals[i] = box(p_vals[i], ("p", i))
+        params = unflatten(p_def, p_vals)
+        s_vals = flatten(state)[0]
+        seg.input_leaves = s_vals
+        st = unflatten(s_def, [box(v, ("s", j)) if box_state and differentiable(v) else v
+                               for j, v in enumerate(s_vals)])
+        x_leaves = stepper.x_leaves
+        for t in range(start, stop):
+            xs = [leaf[t] for leaf in x_leaves]
+            for k in x_want:
+                xs[k] = box(xs[k], ("x", (t, k)))
+            out = call_fn(fn, (params, st, unflatten(stepper.x_def, xs)), t, stepper.label)
+            if stepper.with_outputs:
+                st, y = out
+                if stepper.ys is not None and stepper.ys.rtol is not None:
+                    stepper.ys.add(t, getval(y))       # verify=True: compare with the forward's
+                if isbox(y) and y._trace == trace:
+                    seg.ends.append(y._node)
+                    seg.cotangents.append(g_ys[t])
+            else:
+                st = out
+            # Container boxes (autograd.builtins containers under the tape) become plain
+            # containers of element boxes, so the next step and the adjoint see array leaves.
+            st = conform(expand_boxes(st), s_def)
+        out_leaves, out_def = flatten(st)
+        if out_def != s_def or len(out_leaves) != len(adjoint):
+            raise InternalError(
+                f"the taped state of steps {start}..{stop - 1} has structure {describe(out_def)} "
+                f"({len(out_leaves)} leaves) but the plain state and its adjoint have "
+                f"{describe(s_def)} ({len(adjoint)} leaves): refusing to drop a cotangent. Does "
+                f"fn build its state differently under autograd's tape?")
+        for leaf, a in zip(out_leaves, adjoint):
+            if a is not None and isbox(leaf) and leaf._trace == trace:
+                seg.ends.append(leaf._node)
+                seg.cotangents.append(a)
+        seg.output_leaves = out_leaves
+    return seg

@@ -1,0 +1,12 @@
+"""Running schedules on real states, independent of any AD framework (numpy at most).
+
+:class:`Executor` replays a schedule's actions through a *stepper* (what a step is) and a *store*
+(where snapshots live), with optional *observers* (e.g. a determinism check); :class:`LoopStats`
+is what one gradient did. The autograd adapter supplies the stepper; nothing here imports it.
+"""
+
+from .executor import Executor, Observer, Stepper
+from .stats import LoopStats
+from .store import MemoryStore, Store
+
+__all__ = ["Executor", "Observer", "Stepper", "LoopStats", "MemoryStore", "Store"]

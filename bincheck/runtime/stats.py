@@ -1,0 +1,37 @@
+"""What one gradient through a checkpointed loop did, counted and timed by the library."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class LoopStats:
+    """Counts and times of one call of a loop: its forward and its reverse sweep.
+
+    ``plain_steps`` / ``taped_steps`` count ``fn`` evaluations; the times are seconds spent in
+    plain steps, in taped steps (building the tape) and in backward passes over those tapes
+    (including adding each step's parameter cotangent into the total). Whatever else a gradient
+    costs is bookkeeping (planning, executor, pytree handling). ``library_seconds`` is the wall
+    time spent inside the loop's forward and reverse sweep, so ``library_seconds - plain_seconds
+    - tape_seconds - backward_seconds`` is the library's own overhead (the user's loss and
+    autograd's graph outside the loop excluded). ``peak_snapshots`` is the most states the
+    schedule stored at once (the working state not counted, as in Revolve).
+
+    Each call of a loop fills its own LoopStats; ``loop.stats`` is replaced by a call's object
+    when that call's reverse sweep completes, so it always describes one whole call.
+    """
+
+    plain_steps: int = 0
+    taped_steps: int = 0
+    peak_snapshots: int = 0
+    plain_seconds: float = 0.0
+    tape_seconds: float = 0.0
+    backward_seconds: float = 0.0
+    library_seconds: float = 0.0
+
+    @property
+    def overhead_seconds(self) -> float:
+        """Time inside the library not spent in steps, taping or backward passes."""
+        return self.library_seconds - self.plain_seconds - self.tape_seconds - \
+            self.backward_seconds

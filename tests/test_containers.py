@@ -1,0 +1,95 @@
+"""States and outputs built with autograd.builtins containers give the plain loop's gradient, and a
+structure mismatch between the taped state and its adjoint raises instead of dropping a cotangent."""
+
+import autograd.numpy as np
+import pytest
+from autograd import grad
+from autograd.builtins import dict as ag_dict
+from autograd.builtins import list as ag_list
+from autograd.builtins import tuple as ag_tuple
+from autograd.tracer import isbox
+
+from bincheck import binomial_checkpoint, checkpointed_while_loop
+from bincheck.autograd import InternalError
+from helpers import (assert_trees_close, lstm, lstm_problem, plain_loop, plain_while, rnn_problem,
+                     tanh_rnn)
+
+
+def lstm_ag_tuple(params, state, x):           # as Sargent's code returns its LSTM state
+    h, c = lstm(params, state, x)
+    return ag_tuple((h, c))
+
+
+def lstm_ag_list(params, state, x):
+    h, c = lstm(params, list(state), x)
+    return ag_list([h, c])
+
+
+def lstm_ag_dict(params, state, x):
+    h, c = lstm(params, (state["h"], state["c"]), x)
+    return ag_dict({"h": h, "c": c})
+
+
+def lstm_ag_nested(params, state, x):          # a container box inside a container box
+    h, c = lstm(params, (state[0], state[1][0]), x)
+    return ag_tuple((h, ag_tuple((c,))))
+
+
+PAIR = lambda out: [out[0], out[1]]
+
+
+@pytest.mark.parametrize("step,wrap,leaves_of", [
+    (lstm_ag_tuple, lambda s: s, PAIR), (lstm_ag_list, list, PAIR),
+    (lstm_ag_dict, lambda s: {"h": s[0], "c": s[1]}, lambda out: [out["h"], out["c"]]),
+    (lstm_ag_nested, lambda s: (s[0], (s[1],)), lambda out: [out[0], out[1][0]])])
+@pytest.mark.parametrize("l,s", [(1, 1), (5, 2), (9, 3), (6, 10)])
+def test_container_states_match_the_plain_loop(step, wrap, leaves_of, l, s):
+    params, state, xs = lstm_problem(l)
+    state = wrap(state)
+    loop = binomial_checkpoint(step, l, s)
+
+    def loss(run):
+        def f(p, st, x):
+            leaves = leaves_of(run(p, st, x))
+            return sum(np.sum(np.sin(v * (k + 1.0))) for k, v in enumerate(leaves))
+        return f
+    ref = lambda p, st, x: plain_loop(step, p, st, x, l)
+    g = grad(loss(loop), (0, 1, 2))(params, state, xs)
+    g0 = grad(loss(ref), (0, 1, 2))(params, state, xs)
+    assert_trees_close(g, g0)
+
+
+@pytest.mark.parametrize("l,s", [(4, 2), (8, 3)])
+def test_container_output_pair_with_outputs(l, s):
+    """fn returning autograd.builtins.tuple((state, y)) under with_outputs=True."""
+    params, state, xs = lstm_problem(l)
+
+    def step(p, st, x):
+        h, c = lstm(p, st, x)
+        return ag_tuple((ag_tuple((h, c)), np.sum(h, axis=1)))
+    loop = binomial_checkpoint(step, l, s, with_outputs=True)
+    ref = lambda p, st, x: plain_loop(step, p, st, x, l, with_outputs=True)
+    f = lambda run: lambda p: np.sum(run(p, state, xs)[1] ** 2) + np.sum(run(p, state, xs)[0][1])
+    assert_trees_close(grad(f(loop))(params), grad(f(ref))(params))
+
+
+def test_while_loop_container_state():
+    body = lambda p, st: ag_tuple((st[0] + 1.0, np.sin(st[1] * p)))
+    cond = lambda p, st: st[0] < 7
+    run = checkpointed_while_loop(cond, body, 3)
+    g = grad(lambda p: run(p, (0.0, 0.4))[1])(1.3)
+    g0 = grad(lambda p: plain_while(cond, body)(p, (0.0, 0.4))[1])(1.3)
+    assert g == pytest.approx(g0, rel=1e-12)
+
+
+def test_taped_structure_mismatch_raises_instead_of_dropping_a_cotangent():
+    """A step that builds a different state under the tape cannot silently lose a cotangent."""
+    def shifty(params, h, x):
+        new = tanh_rnn(params, h[0], x)
+        if isbox(new):                          # under the tape: one leaf fewer
+            return ag_tuple((new,))
+        return (new, new)
+    params, h0, xs = rnn_problem(5)
+    loop = binomial_checkpoint(shifty, 5, 2)
+    with pytest.raises(InternalError, match=r"refusing to drop a cotangent"):
+        grad(lambda p: np.sum(loop(p, (h0, h0), xs)[1]))(params)
