@@ -30,11 +30,16 @@ class Tracker:
     """
 
     __slots__ = ("seq_len", "live_index", "stored", "adjoint_index", "peak_slots",
-                 "plain_steps", "taped_steps", "reversed")
+                 "plain_steps", "taped_steps", "reversed", "state_bytes", "tape_bytes",
+                 "peak_bytes")
 
-    def __init__(self, seq_len: int | None, record: bool = False) -> None:
+    def __init__(self, seq_len: int | None, record: bool = False, state_bytes: int = 0,
+                 tape_bytes: int = 0) -> None:
         # seq_len None: the length is not known yet (online schedules); see end_forward.
+        # peak_bytes: most bytes held at once by stored states (state_bytes each) and, during a
+        # Reverse(start, stop), the stop - start - 1 step tapes kept beyond the working one.
         self.seq_len = seq_len
+        self.state_bytes, self.tape_bytes, self.peak_bytes = state_bytes, tape_bytes, 0
         self.live_index = 0
         self.stored: set[int] = set()
         self.adjoint_index = seq_len
@@ -59,6 +64,8 @@ class Tracker:
             if stop != self.adjoint_index or not start < stop:
                 self._fail(action, f"the adjoint is at state {self.adjoint_index}")
             self.taped_steps += stop - start
+            held = len(self.stored) * self.state_bytes + (stop - start - 1) * self.tape_bytes
+            self.peak_bytes = max(self.peak_bytes, held)
             if self.reversed is not None:
                 self.reversed.extend(range(stop - 1, start - 1, -1))
             self.live_index = CONSUMED
@@ -70,6 +77,7 @@ class Tracker:
                 self._fail(action, "that state is already stored")
             self.stored.add(action.index)
             self.peak_slots = max(self.peak_slots, len(self.stored))
+            self.peak_bytes = max(self.peak_bytes, len(self.stored) * self.state_bytes)
         elif kind is Restore:
             if action.index not in self.stored:
                 self._fail(action, f"stored states are {sorted(self.stored)}")
@@ -111,6 +119,7 @@ class Cost:
     taped_steps: int
     peak_slots: int
     reversed: list[int] = field(default_factory=list)
+    peak_bytes: int = 0
 
 
 def simulate(actions: Iterable[Action], seq_len: int | None = None) -> Cost:
@@ -118,7 +127,7 @@ def simulate(actions: Iterable[Action], seq_len: int | None = None) -> Cost:
 
     ``actions`` is a schedule (``bincheck.plan(...)``, ``EqualSegments(...)``: anything with a
     ``seq_len`` attribute that iterates actions), or any iterable of actions when ``seq_len`` is
-    given.
+    given. A schedule's ``state_bytes`` / ``tape_bytes`` attributes, if any, price its peak bytes.
     """
     if seq_len is None:
         seq_len = getattr(actions, "seq_len", None)
@@ -134,8 +143,10 @@ def simulate(actions: Iterable[Action], seq_len: int | None = None) -> Cost:
     except TypeError:
         raise TypeError(f"simulate() takes an iterable of actions; got {short_repr(actions)} of type "
                         f"{type(actions).__name__}") from None
-    tracker = Tracker(seq_len, record=True)
+    tracker = Tracker(seq_len, record=True, state_bytes=getattr(actions, "state_bytes", 0),
+                      tape_bytes=getattr(actions, "tape_bytes", 0))
     for action in stream:
         tracker.apply(action)
     tracker.finish()
-    return Cost(tracker.plain_steps, tracker.taped_steps, tracker.peak_slots, tracker.reversed)
+    return Cost(tracker.plain_steps, tracker.taped_steps, tracker.peak_slots, tracker.reversed,
+                tracker.peak_bytes)
