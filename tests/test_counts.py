@@ -18,8 +18,9 @@ def test_gradient_does_optimal_work(l, s):
     loop = binomial_checkpoint(cell, l, s)
     grad(lambda p, h, x: np.sum(loop(p, h, x)), (0, 1, 2))(params, h0, xs)
     assert cell.taped == l
-    assert cell.plain <= closed_form(l, s) + 1
-    assert cell.plain == loop.plan.plain_steps + 1    # the bound is attained, not undercut by luck
+    # exactly the optimum: the forward tapes the last step (no extra plain evaluation for the
+    # output), and the bound is attained, not undercut by luck
+    assert cell.plain == closed_form(l, s) == loop.predicted_plain_steps
     assert (loop.stats.plain_steps, loop.stats.taped_steps) == (cell.plain, cell.taped)
 
 
@@ -38,9 +39,19 @@ def test_checkpoints_are_placed_in_the_forward_pass():
     loop = binomial_checkpoint(cell, l, s)
     from autograd import make_vjp
     vjp, ans = make_vjp(lambda p: loop(p, h0, xs))(params)
-    assert (cell.plain, cell.taped) == (l, 0)      # forward: one sweep
+    assert (cell.plain, cell.taped) == (l - 1, 1)  # forward: one sweep, the last step taped
     vjp(np.ones_like(ans))
-    reverse_plain = cell.plain - l
+    reverse_plain = cell.plain - (l - 1)
     # replaying from the initial state would cost the l - 1 first-sweep steps again
     assert reverse_plain == closed_form(l, s) - (l - 1)
     assert cell.taped == l
+
+
+def test_forward_mode_tapes_nothing_in_the_forward():
+    from autograd import make_jvp
+    params, h0, xs = rnn_problem(30, H=2, B=1, D=1)
+    cell = Counter(tanh_rnn)
+    loop = binomial_checkpoint(cell, 30, 4)
+    make_jvp(lambda h: loop(params, h, xs))(h0)(np.ones_like(h0))
+    # the primal forward runs plain (a JVP trace wants no tape), then the tangent loop
+    assert cell.plain >= 30

@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from autograd.builtins import DictBox, SequenceBox
-from autograd.core import vspace
+from autograd.core import VJPNode, vspace
+from autograd.tracer import isbox
 
 from ..runtime.stats import LoopStats
 from ..tree import LEAF, flatten, map_leaves, unflatten
@@ -52,6 +53,15 @@ def _expand_box(leaf: Any) -> Any:
     if t is DictBox:
         return expand_boxes({k: leaf[k] for k in leaf._value})
     return leaf
+
+
+def reverse_traced(arg: Any) -> bool:
+    """Whether ``arg`` is boxed by a reverse-mode trace, at any nesting level."""
+    while isbox(arg):
+        if isinstance(arg._node, VJPNode):
+            return True
+        arg = arg._value
+    return False
 
 
 def differentiable(value: Any) -> bool:
@@ -104,10 +114,12 @@ class Pending:
     """A forward's result waiting for the reverse sweep: the executor holding the snapshots, the
     schedule's remaining actions, the plain stepper and the stats of this forward + reverse."""
 
-    __slots__ = ("executor", "actions", "stepper", "stats")
+    __slots__ = ("executor", "actions", "stepper", "stats", "taped")
 
-    def __init__(self, executor: Any, actions: Any, stepper: Any, stats: LoopStats) -> None:
+    def __init__(self, executor: Any, actions: Any, stepper: Any, stats: LoopStats,
+                 taped: Any = None) -> None:
         self.executor, self.actions, self.stepper, self.stats = executor, actions, stepper, stats
+        self.taped = taped          # the last segment, taped by the forward (a tape.Segment)
 
 
 class Call:
@@ -119,10 +131,11 @@ class Call:
     stepper, stats); the sweep takes it, so snapshots are released as soon as they are used.
     """
 
-    __slots__ = ("loop", "groups", "pending", "out_leaves", "n", "stats")
+    __slots__ = ("loop", "groups", "pending", "out_leaves", "n", "stats", "vjp_args")
 
-    def __init__(self, loop: Any, groups: list[Group]) -> None:
+    def __init__(self, loop: Any, groups: list[Group], vjp_args: list[bool]) -> None:
         self.loop, self.groups = loop, groups
+        self.vjp_args = vjp_args   # per argument: boxed by a reverse-mode trace (may want a VJP)
         self.pending = None
         self.out_leaves: list | None = None   # the final state's leaves (integer ones included)
         self.n: int | None = None             # number of steps this call ran
@@ -135,6 +148,13 @@ class Call:
             self.loop.forward(self, args)
         pending, self.pending = self.pending, None
         return pending
+
+    def boxed_leaves(self, group: int) -> list:
+        """Array leaves of ``group`` whose arguments a reverse-mode trace boxed."""
+        offset = sum(g.n_args for g in self.groups[:group])
+        grp = self.groups[group]
+        return [i for k in range(grp.n_args) if self.vjp_args[offset + k]
+                for i in grp.leaves_of(k)]
 
     def split(self, args: tuple) -> tuple:
         n_p, n_s = self.groups[0].n_args, self.groups[1].n_args

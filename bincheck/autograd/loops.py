@@ -15,6 +15,7 @@ its derivative is another loop (:meth:`_LoopBase.derivative_loop`), which is how
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -29,10 +30,11 @@ from ..schedule.simulate import ScheduleError
 from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable, check_int,
                                  check_positive_int, short_repr)
 from ..tree import flatten, unflatten
-from .boundary import Call, Group, Pending, values
+from .boundary import Call, Group, Pending, reverse_traced, values
 from .primitives import loop_primitive
 from .steps import Outputs, PlainStepper, WhileStepper, call_fn, freeze
 from .tangent import ZERO, TangentStep
+from .tape import tape_segment
 from .verify import RTOL
 
 
@@ -60,7 +62,8 @@ class _LoopBase:
         args = [a for leaves, _ in flat for a in leaves]
         if not any(isbox(a) for a in args):
             return None
-        call = Call(self, [Group(d, len(leaves)) for leaves, d in flat])
+        call = Call(self, [Group(d, len(leaves)) for leaves, d in flat],
+                    [reverse_traced(a) for a in args])
         packed = loop_primitive(*args, call=call)
         # Hand back the containers the plain loop returns (a tuple of boxes, not a box of a tuple)
         # so that user code that unpacks or type-checks the result works unchanged.
@@ -107,8 +110,9 @@ class CheckpointedLoop(_LoopBase):
 
     @property
     def predicted_plain_steps(self) -> int:
-        """Plain evaluations of one gradient: the schedule's, plus the forward's tail to the end."""
-        return self.plan.plain_steps + self.seq_len - self.plan.first_reverse_start
+        """Plain evaluations of one gradient: the schedule's (the forward tapes the last segment,
+        which the reverse sweep then uses, so it adds no plain step)."""
+        return self.plan.plain_steps
 
     def __call__(self, params: Any, init_state: Any, inputs: Any = None) -> Any:
         self._check_inputs(inputs)
@@ -162,8 +166,20 @@ class CheckpointedLoop(_LoopBase):
                                 f"must reverse every step, the last one first")
         if first.start != executor.tracker.live_index or first.stop != self.seq_len:
             executor.tracker.apply(first)       # raises the tracker's ScheduleError
-        final = stepper.advance(executor.live, first.start, self.seq_len)
-        call.pending = Pending(executor, itertools.chain((first,), actions), stepper, stats)
+        taped = None
+        if any(call.vjp_args):
+            # A gradient will reverse the last segment first: tape it now, instead of running it
+            # plain for the output and taping it again in the reverse sweep.
+            t0 = time.perf_counter()
+            taped = tape_segment(stepper, *flatten(stepper.params)[::-1], call.boxed_leaves(0),
+                                 executor.live, first.start > 0 or bool(call.boxed_leaves(1)),
+                                 call.boxed_leaves(2), first.start, self.seq_len)
+            final = unflatten(stepper.s_def, taped.output_values())
+            stats.tape_seconds += time.perf_counter() - t0
+            stats.taped_steps += self.seq_len - first.start
+        else:
+            final = stepper.advance(executor.live, first.start, self.seq_len)
+        call.pending = Pending(executor, itertools.chain((first,), actions), stepper, stats, taped)
         return (final, ys.buf) if self.with_outputs else final
 
 

@@ -23,8 +23,9 @@ from .verify import Verifier
 class Sweep:
     """Reverse-phase stepper for one VJP of one call; see the module docstring."""
 
-    __slots__ = ("plain", "executor", "p_def", "p_leaves", "p_want", "s_want", "x_want",
-                 "adjoint", "g_ys", "p_acc", "x_bar", "new_adjoint", "verifier", "stats")
+    __slots__ = ("plain", "executor", "p_def", "p_leaves", "p_want", "p_wanted", "s_want",
+                 "x_want", "adjoint", "g_ys", "p_acc", "x_bar", "new_adjoint", "verifier", "stats",
+                 "taped")
 
     def __init__(self, call: Call, pending: Pending, argnums: tuple, g: tuple,
                  verifier: Verifier | None) -> None:
@@ -44,6 +45,8 @@ class Sweep:
             return out
 
         self.p_want = wanted(0, 0)
+        self.p_wanted = set(self.p_want)
+        self.taped = pending.taped
         self.s_want = bool(wanted(1, n_p))
         self.x_want = wanted(2, n_p + n_s)
         self.adjoint, self.g_ys = call.state_cotangent(g)
@@ -57,37 +60,46 @@ class Sweep:
     def reverse(self, state: Any, start: int, stop: int) -> None:
         t0 = time.perf_counter()
         box_state = start > 0 or self.s_want     # state 0's cotangent: only if asked for
-        seg = tape_segment(self.plain, self.p_def, self.p_leaves, self.p_want, state, box_state,
-                           self.x_want, start, stop, self.adjoint, self.g_ys)
+        seg = self.taped
+        if seg is not None and (seg.start, seg.stop) == (start, stop):
+            self.taped = None                    # the forward taped this segment already
+        else:
+            seg = tape_segment(self.plain, self.p_def, self.p_leaves, self.p_want, state,
+                               box_state, self.x_want, start, stop)
+            self.stats.taped_steps += stop - start
         if self.verifier is not None:
-            self.verifier.taped(start, stop, seg.input_leaves,
-                                [getattr(v, "_value", v) for v in seg.output_leaves],
+            self.verifier.taped(start, stop, seg.input_leaves, seg.output_values(),
                                 self.executor)
         t1 = time.perf_counter()
         self.new_adjoint = [None] * len(seg.input_leaves)
-        backward(seg.ends, seg.cotangents, seg.roots, self._deliver)
+        ends, cotangents = seg.ends(self.adjoint, self.g_ys)
+        backward(ends, cotangents, seg.roots, self._deliver)
         if box_state:
             self.adjoint = [zeros(v) if a is None else a
                             for a, v in zip(self.new_adjoint, seg.input_leaves)]
         stats = self.stats
         stats.backward_seconds += time.perf_counter() - t1
         stats.tape_seconds += t1 - t0
-        stats.taped_steps += stop - start
 
     def _deliver(self, where: tuple, cot: Any) -> None:
+        # A segment taped in the forward may have roots for leaves this VJP does not want (the
+        # forward only knew which arguments were boxed): their cotangents are dropped.
         kind, key = where
         if kind == "p":
-            self.p_acc[key] = accumulate(self.p_acc[key], cot)
+            if key in self.p_wanted:
+                self.p_acc[key] = accumulate(self.p_acc[key], cot)
         elif kind == "s":
             self.new_adjoint[key] = cot
         else:
             t, k = key
-            self.x_bar[k][t] = cot
+            buf = self.x_bar.get(k)
+            if buf is not None:
+                buf[t] = cot
 
     def cotangents(self, call: Call, argnums: tuple) -> tuple:
         groups = call.groups
         n_p, n_s = groups[0].n_args, groups[1].n_args
-        p_wanted = set(self.p_want)
+        p_wanted = self.p_wanted
         p_cots = [zeros(v) if a is None and i in p_wanted else a
                   for i, (a, v) in enumerate(zip(self.p_acc, self.p_leaves))]
         x_cots = [self.x_bar.get(k) for k in range(len(self.plain.x_leaves))]

@@ -68,32 +68,57 @@ def accumulate(acc: Any, g: Any) -> Any:
 
 
 class Segment:
-    """What taping steps ``start..stop-1`` left: the tape's ends with their cotangents, its
-    roots (node -> where its cotangent goes) and the plain values of its input and output."""
+    """A taped run of steps ``start..stop-1``: its roots (node -> where the root's cotangent
+    goes), the plain input state leaves, the (boxed) output state leaves, and the nodes of the
+    per-step outputs ``y`` by step. The adjoint is paired with it later (:func:`ends`), so a
+    segment can be taped before its adjoint exists (the forward tapes the last one)."""
 
-    __slots__ = ("ends", "cotangents", "roots", "input_leaves", "output_leaves")
+    __slots__ = ("start", "stop", "trace", "roots", "input_leaves", "output_leaves", "y_nodes")
 
-    def __init__(self) -> None:
-        self.ends: list = []
-        self.cotangents: list = []
+    def __init__(self, start: int, stop: int) -> None:
+        self.start, self.stop = start, stop
+        self.trace = None
         self.roots: dict = {}
         self.input_leaves: list = []
         self.output_leaves: list = []
+        self.y_nodes: list = []
+
+    def output_values(self) -> list:
+        return [getval(v) for v in self.output_leaves]
+
+    def ends(self, adjoint: list, g_ys: Any) -> tuple[list, list]:
+        """The end nodes of the tape and their cotangents: the state leaves' adjoint and each
+        step's ``y`` cotangent. Refuses a structure mismatch instead of dropping a cotangent."""
+        if len(self.output_leaves) != len(adjoint):
+            raise InternalError(
+                f"the taped state of steps {self.start}..{self.stop - 1} has "
+                f"{len(self.output_leaves)} leaves but its adjoint {len(adjoint)}: refusing to "
+                f"drop a cotangent")
+        nodes, cots = [], []
+        for t, node in self.y_nodes:
+            nodes.append(node)
+            cots.append(g_ys[t])
+        for leaf, a in zip(self.output_leaves, adjoint):
+            if a is not None and isbox(leaf) and leaf._trace == self.trace:
+                nodes.append(leaf._node)
+                cots.append(a)
+        return nodes, cots
 
 
-def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_want: list, state: Any,
-                 box_state: bool, x_want: list, start: int, stop: int, adjoint: list,
-                 g_ys: Any) -> Segment:
-    """Tape steps ``start..stop-1`` from ``state``; pair the output with ``adjoint``.
+def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_box: list, state: Any,
+                 box_state: bool, x_box: list, start: int, stop: int) -> Segment:
+    """Tape steps ``start..stop-1`` from ``state``.
 
-    Roots: ``("p", i)`` for params leaf ``i`` in ``p_want``, ``("s", j)`` for state leaf ``j``
-    (when ``box_state``), ``("x", (t, k))`` for input leaf ``k`` at step ``t`` in ``x_want``.
-    Unboxed leaves are handed to ``fn`` as the stepper's read-only views.
+    Roots: ``("p", i)`` for params leaf ``i`` in ``p_box``, ``("s", j)`` for state leaf ``j``
+    (when ``box_state``), ``("x", (t, k))`` for input leaf ``k`` at step ``t`` in ``x_box``.
+    Unboxed leaves are handed to ``fn`` as the stepper's read-only views. Each step's ``y`` goes
+    to the stepper's outputs (recorded if new, compared under ``verify=True``).
     """
-    seg = Segment()
+    seg = Segment(start, stop)
     roots = seg.roots
     fn, s_def = stepper.fn, stepper.s_def
     with trace_stack.new_trace() as trace:
+        seg.trace = trace
 
         def box(value: Any, where: tuple) -> Any:
             node = VJPNode.new_root()
@@ -101,7 +126,7 @@ def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_want: list
             return new_box(value, trace, node)
 
         p_vals = list(p_leaves)
-        for i in p_want:
+        for i in p_box:
             p_vals[i] = box(p_vals[i], ("p", i))
         params = unflatten(p_def, p_vals)
         s_vals = flatten(state)[0]
@@ -111,31 +136,25 @@ def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_want: list
         x_leaves = stepper.x_leaves
         for t in range(start, stop):
             xs = [leaf[t] for leaf in x_leaves]
-            for k in x_want:
+            for k in x_box:
                 xs[k] = box(xs[k], ("x", (t, k)))
             out = call_fn(fn, (params, st, unflatten(stepper.x_def, xs)), t, stepper.label)
             if stepper.with_outputs:
                 st, y = out
-                if stepper.ys is not None and stepper.ys.rtol is not None:
-                    stepper.ys.add(t, getval(y))       # verify=True: compare with the forward's
+                if stepper.ys is not None:
+                    stepper.ys.add(t, getval(y))
                 if isbox(y) and y._trace == trace:
-                    seg.ends.append(y._node)
-                    seg.cotangents.append(g_ys[t])
+                    seg.y_nodes.append((t, y._node))
             else:
                 st = out
             # Container boxes (autograd.builtins containers under the tape) become plain
             # containers of element boxes, so the next step and the adjoint see array leaves.
             st = conform(expand_boxes(st), s_def)
         out_leaves, out_def = flatten(st)
-        if out_def != s_def or len(out_leaves) != len(adjoint):
+        if out_def != s_def:
             raise InternalError(
                 f"the taped state of steps {start}..{stop - 1} has structure {describe(out_def)} "
-                f"({len(out_leaves)} leaves) but the plain state and its adjoint have "
-                f"{describe(s_def)} ({len(adjoint)} leaves): refusing to drop a cotangent. Does "
+                f"but the plain state has {describe(s_def)}: refusing to drop a cotangent. Does "
                 f"fn build its state differently under autograd's tape?")
-        for leaf, a in zip(out_leaves, adjoint):
-            if a is not None and isbox(leaf) and leaf._trace == trace:
-                seg.ends.append(leaf._node)
-                seg.cotangents.append(a)
         seg.output_leaves = out_leaves
     return seg

@@ -1,0 +1,227 @@
+"""Memory budgets in bytes: what a gradient within ``memory`` bytes costs, and the inverse.
+
+A loop's memory during a gradient is a fixed working set — the live state, the state being
+computed, the adjoint, one step's tape and what its backward allocates (``work_bytes``) — plus
+what the schedule stores: snapshots (``state_bytes`` each) and kept tapes (``tape_bytes`` per
+step, taped segments; see :mod:`bincheck.schedule.mixed`). ``memory`` covers both; the user's
+arguments, the returned outputs and the returned cotangents are not the loop's.
+
+Time is predicted from two measured costs: ``step_seconds`` (a plain step) and
+``taped_step_seconds`` (taping a step and pulling a cotangent through it). Every schedule tapes
+each step once, as store-all does, so relative to store-all a plan costs
+
+    1 + plain_steps * step_seconds / (seq_len * taped_step_seconds),
+
+an estimate that leaves out memory effects (store-all's large tapes often run slower per step).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .actions import Action
+from .binomial import Plan
+from .mixed import MixedPlan, leaf_lengths
+from .validate import check_int, check_positive_int, short_repr
+
+_UNITS = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
+
+
+def parse_bytes(value: object, name: str = "memory") -> int:
+    """Bytes from an int or a string with a unit: ``"200MB"``, ``"1.5 GiB"``, ``"64 kB"``.
+
+    Units: B, kB (= KB), MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers of 1024).
+    """
+    if isinstance(value, str):
+        match = _SIZE.fullmatch(value)
+        unit = match.group(2) if match else None
+        if match is None or (unit or "B") not in _UNITS:
+            raise ValueError(
+                f"{name} must be a number of bytes or a size such as '200MB' or '1.5 GiB' "
+                f"(units: {', '.join(_UNITS)}); got {short_repr(value)}")
+        number = float(match.group(1)) * _UNITS[unit or "B"]
+        if number < 1:
+            raise ValueError(f"{name} must be at least 1 byte; got {short_repr(value)}")
+        return int(number)
+    if isinstance(value, float) and value.is_integer() and value >= 1:
+        return int(value)
+    return check_int(name, value, 1, " number of bytes, or a string such as '200MB'")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What one step of a loop costs in bytes and seconds (measured by ``loop.preview``)."""
+
+    state_bytes: int
+    tape_bytes: int | None = None      # None: never keep tapes (states only)
+    work_bytes: int = 0
+    step_seconds: float | None = None
+    taped_step_seconds: float | None = None
+
+    @property
+    def minimum_memory(self) -> int:
+        """The least memory a gradient can run in: one stored state and the working set."""
+        return self.state_bytes + self.work_bytes
+
+
+class BudgetPlan:
+    """The optimal schedule for ``seq_len`` steps within ``memory`` bytes, with its predictions.
+
+    Iterating yields the actions. ``plain_steps`` / ``taped_steps`` are the evaluations of ``fn``
+    one gradient makes (the last segment is taped in the forward, so no extra plain step);
+    ``peak_bytes`` is the working set plus the most the schedule stores at once;
+    ``relative_time`` is the predicted time against store-all (None without step timings).
+    """
+
+    def __init__(self, seq_len: int, memory: int, sizes: Sizes) -> None:
+        self.seq_len = check_positive_int("seq_len", seq_len)
+        self.memory, self.sizes = memory, sizes
+        if memory < sizes.minimum_memory:
+            raise ValueError(
+                f"memory={memory} bytes is below the least this loop needs: one stored state "
+                f"({sizes.state_bytes} bytes) and the working set of one taped step and its "
+                f"backward ({sizes.work_bytes} bytes), {sizes.minimum_memory} bytes in all")
+        store = memory - sizes.work_bytes
+        slots = store // sizes.state_bytes
+        if sizes.tape_bytes is None or all(leaf == 1 for leaf in leaf_lengths(
+                store, sizes.state_bytes, sizes.tape_bytes)):
+            self.schedule: Plan | MixedPlan = Plan(seq_len, slots)     # states only: Revolve
+            self.schedule_bytes = min(slots, seq_len) * sizes.state_bytes
+        else:
+            self.schedule = MixedPlan(seq_len, store, sizes.state_bytes, sizes.tape_bytes)
+            self.schedule_bytes = store
+        self.slots = slots
+
+    def __iter__(self) -> Iterator[Action]:
+        return iter(self.schedule)
+
+    @property
+    def plain_steps(self) -> int:
+        return self.schedule.plain_steps
+
+    @property
+    def taped_steps(self) -> int:
+        return self.seq_len
+
+    @property
+    def first_reverse_start(self) -> int:
+        return self.schedule.first_reverse_start
+
+    @property
+    def peak_bytes(self) -> int:
+        """Bound on what the loop holds: the working set plus the schedule's stored bytes."""
+        return self.sizes.work_bytes + self.schedule_bytes
+
+    @property
+    def relative_time(self) -> float | None:
+        s = self.sizes
+        if not s.step_seconds or not s.taped_step_seconds:
+            return None
+        return 1.0 + self.plain_steps * s.step_seconds / (self.seq_len * s.taped_step_seconds)
+
+    def __repr__(self) -> str:
+        return f"BudgetPlan({self.seq_len}, memory={self.memory}, {self.sizes})"
+
+    def __str__(self) -> str:
+        l, s = self.seq_len, self.sizes
+        kind = "mixed (states and taped segments)" if isinstance(self.schedule, MixedPlan) \
+            else "binomial (states only)"
+        lines = [f"{kind} plan: {l} steps within {format_bytes(self.memory)}",
+                 f"  state {format_bytes(s.state_bytes)}, step tape "
+                 f"{format_bytes(s.tape_bytes) if s.tape_bytes else 'not kept'}, working set "
+                 f"{format_bytes(s.work_bytes)}",
+                 f"  states stored at most: {min(self.slots, l)}",
+                 f"  plain evaluations : {self.plain_steps} ({self.plain_steps / l:.3g} per step)",
+                 f"  taped evaluations : {l}",
+                 f"  peak bytes        : {format_bytes(self.peak_bytes)} (at most)"]
+        if self.relative_time is not None:
+            lines.append(f"  predicted time    : {self.relative_time:.3g}x store-all")
+        return "\n".join(lines)
+
+
+def format_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n} B"
+
+
+def memory_for(seq_len: int, max_relative_time: float, sizes: Sizes) -> int:
+    """The least memory (bytes) whose plan is predicted to cost at most ``max_relative_time``
+    times store-all. Needs ``sizes.step_seconds`` and ``sizes.taped_step_seconds``."""
+    seq_len = check_positive_int("seq_len", seq_len)
+    if not sizes.step_seconds or not sizes.taped_step_seconds:
+        raise ValueError("memory_for needs step_seconds and taped_step_seconds (measure them with "
+                         "loop.preview(...), or pass them)")
+    if not max_relative_time >= 1.0:
+        raise ValueError(f"max_relative_time must be >= 1.0 (store-all itself); got "
+                         f"{max_relative_time!r}")
+    # Cost never rises with memory (more memory only adds choices), so bisect on bytes. At
+    # seq_len * state_bytes every state fits: plain steps = first_reverse_start <= seq_len - 1.
+    lo = sizes.minimum_memory
+    hi = max(lo, sizes.work_bytes + seq_len * max(sizes.state_bytes, sizes.tape_bytes or 0))
+
+    def fits(memory: int) -> bool:
+        return BudgetPlan(seq_len, memory, sizes).relative_time <= max_relative_time
+    if not fits(hi):
+        raise ValueError(f"no memory budget reaches {max_relative_time}x store-all with these "
+                         f"step costs; the best is {BudgetPlan(seq_len, hi, sizes).relative_time:.3g}x")
+    while hi - lo > max(1, sizes.state_bytes // 64):
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def plan(seq_len: int, num_ckpts: int | None = None, *, memory: int | str | None = None,
+         state_bytes: int | str | None = None, tape_bytes: int | str | None = None,
+         work_bytes: int | str = 0, step_seconds: float | None = None,
+         taped_step_seconds: float | None = None) -> Plan | BudgetPlan:
+    """The optimal schedule for ``seq_len`` steps: within ``num_ckpts`` stored states, or within
+    ``memory`` bytes.
+
+    ``plan(l, s)``: Revolve's binomial schedule holding at most ``s`` states, the initial one
+    included (``plan(l, 1)`` recomputes every step from the initial state; ``s >= l`` keeps every
+    state). ``plan(l, memory="50MB", state_bytes="256KB", tape_bytes=..., work_bytes=...,
+    step_seconds=..., taped_step_seconds=...)``: the best schedule storing states and, if
+    ``tape_bytes`` is given, taped segments within the bytes, with predicted evaluations, peak
+    bytes and time relative to store-all (a :class:`BudgetPlan`; ``loop.preview`` measures the
+    sizes for you). Iterating either yields actions lazily.
+    """
+    if (num_ckpts is None) == (memory is None):
+        raise TypeError(f"plan() takes exactly one of num_ckpts (a number of stored states) and "
+                        f"memory (bytes); got num_ckpts={short_repr(num_ckpts)} and "
+                        f"memory={short_repr(memory)}")
+    if num_ckpts is not None:
+        extra = {k: v for k, v in (("state_bytes", state_bytes), ("tape_bytes", tape_bytes),
+                                   ("step_seconds", step_seconds),
+                                   ("taped_step_seconds", taped_step_seconds)) if v is not None}
+        if extra or work_bytes:
+            raise TypeError(f"plan(seq_len, num_ckpts) takes no sizes; got {', '.join(extra)}: "
+                            f"pass memory=... to plan within bytes")
+        return Plan(seq_len, num_ckpts)
+    if state_bytes is None:
+        raise TypeError("plan(seq_len, memory=...) needs state_bytes (the bytes of one state); "
+                        "loop.preview(params, init_state, inputs) measures it")
+    sizes = Sizes(parse_bytes(state_bytes, "state_bytes"),
+                  None if tape_bytes is None else parse_bytes(tape_bytes, "tape_bytes"),
+                  0 if not work_bytes else parse_bytes(work_bytes, "work_bytes"),
+                  _seconds("step_seconds", step_seconds),
+                  _seconds("taped_step_seconds", taped_step_seconds))
+    return BudgetPlan(seq_len, parse_bytes(memory), sizes)
+
+
+def _seconds(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name} must be a positive number of seconds; got {short_repr(value)}")
+    return float(value)
