@@ -73,7 +73,7 @@ def strategies(M, s, n):
     return {
         "store-all": None,
         f"sqrt(M) segments (k={k})": lambda cond, b: WhileLoop(cond, b, s, M,
-                                                               planner=lambda: EveryKPlanner(k)),
+                                                               planner=lambda slots: EveryKPlanner(k)),
         "offline binomial (n known)": "offline",
         "checkpointed_while_loop": lambda cond, b: checkpointed_while_loop(cond, b, s, M),
     }

@@ -10,11 +10,14 @@ One concept per module, imports flowing one way (``loops`` -> ``primitives`` -> 
 * :mod:`.verify`     ``verify=True``: an executor observer comparing recomputations
 * :mod:`.tangent`    the tangent loop: forward mode and higher-order rules
 * :mod:`.primitives` the two primitives and all their ``def*vjp/jvp`` registrations
-* :mod:`.loops`      the front ends: ``binomial_checkpoint``, ``checkpointed_while_loop``
+* :mod:`.loops`      the schedule-driven front end, ``binomial_checkpoint``
+* :mod:`.while_loop` the front end for loops of unknown length, ``checkpointed_while_loop``
+* :mod:`.budgets`    byte budgets: a step measured once (:mod:`.probe`), a plan per call
 """
 
 from .boundary import InternalError
-from .loops import CheckpointedLoop, WhileLoop, binomial_checkpoint, checkpointed_while_loop
+from .loops import CheckpointedLoop, binomial_checkpoint
+from .while_loop import WhileLoop, checkpointed_while_loop
 from .verify import NondeterministicStepError
 
 __all__ = ["CheckpointedLoop", "WhileLoop", "binomial_checkpoint", "checkpointed_while_loop",

@@ -131,11 +131,13 @@ class Call:
     stepper, stats); the sweep takes it, so snapshots are released as soon as they are used.
     """
 
-    __slots__ = ("loop", "groups", "pending", "out_leaves", "n", "stats", "vjp_args")
+    __slots__ = ("loop", "groups", "pending", "out_leaves", "n", "stats", "vjp_args",
+                 "schedule")
 
     def __init__(self, loop: Any, groups: list[Group], vjp_args: list[bool]) -> None:
         self.loop, self.groups = loop, groups
         self.vjp_args = vjp_args   # per argument: boxed by a reverse-mode trace (may want a VJP)
+        self.schedule: Any = None  # what this call planned with (a plan; a slot count for while)
         self.pending = None
         self.out_leaves: list | None = None   # the final state's leaves (integer ones included)
         self.n: int | None = None             # number of steps this call ran

@@ -1,4 +1,4 @@
-"""The front ends: :func:`binomial_checkpoint` and :func:`checkpointed_while_loop`.
+"""The schedule-driven front end, :func:`binomial_checkpoint`, and what every front end shares.
 
 A loop object holds configuration only (``fn``, the schedule or planner factory, flags), frozen
 after construction. Everything one call needs — its planner, snapshots, executor, stepper, counters
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
 import numpy as np
@@ -25,14 +26,14 @@ from ..runtime.executor import Executor
 from ..runtime.stats import LoopStats
 from ..schedule.actions import Reverse
 from ..schedule.binomial import Plan
-from ..schedule.online import OnlinePlanner
+from ..schedule.budget import BudgetPlan, MemoryBudget, Sizes, memory_for, parse_bytes
 from ..schedule.simulate import ScheduleError
-from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable, check_int,
-                                 check_positive_int, short_repr)
+from ..schedule.validate import check_bool, check_callable, check_positive_int, short_repr
 from ..tree import flatten, unflatten
 from .boundary import Call, Group, Pending, reverse_traced, values
+from .budgets import SizeCache
 from .primitives import loop_primitive
-from .steps import Outputs, PlainStepper, WhileStepper, call_fn, freeze
+from .steps import Outputs, PlainStepper, freeze
 from .tangent import ZERO, TangentStep
 from .tape import tape_segment
 from .verify import RTOL
@@ -88,31 +89,72 @@ class CheckpointedLoop(_LoopBase):
     ``__iter__`` yielding actions (:func:`bincheck.plan`, :class:`bincheck.EqualSegments`).
     """
 
+    _published = ("stats", "last_plan")
+
     def __init__(self, fn: Callable, schedule: Any, with_outputs: bool = False,
                  verify: bool = False) -> None:
         check_callable("fn", fn, "fn(params, state, x) -> new_state")
         with_outputs = check_bool("with_outputs", with_outputs)
         verify = check_bool("verify", verify)
-        missing = [a for a in ("seq_len", "first_reverse_start", "plain_steps", "__iter__")
-                   if not hasattr(schedule, a)]
-        if missing:
-            raise TypeError(f"schedule must be a plan such as bincheck.plan(seq_len, num_ckpts) "
-                            f"(with seq_len, first_reverse_start, plain_steps and __iter__); got "
-                            f"{short_repr(schedule)} of type {type(schedule).__name__}, lacking "
-                            f"{', '.join(missing)}")
-        self.fn, self.plan, self.seq_len = fn, schedule, schedule.seq_len
+        if not isinstance(schedule, MemoryBudget):
+            missing = [a for a in ("seq_len", "first_reverse_start", "plain_steps", "__iter__")
+                       if not hasattr(schedule, a)]
+            if missing:
+                raise TypeError(
+                    f"schedule must be a plan such as bincheck.plan(seq_len, num_ckpts) (with "
+                    f"seq_len, first_reverse_start, plain_steps and __iter__) or a MemoryBudget; "
+                    f"got {short_repr(schedule)} of type {type(schedule).__name__}, lacking "
+                    f"{', '.join(missing)}")
+        self.fn, self.schedule, self.seq_len = fn, schedule, schedule.seq_len
         self.with_outputs, self.verify = with_outputs, verify
+        self.budget = SizeCache() if isinstance(schedule, MemoryBudget) else None
+        self.last_plan = None        # with a memory budget: the plan the last call used
         self._freeze()
 
     def __repr__(self) -> str:
         name = getattr(self.fn, "__name__", repr(self.fn))
-        return f"CheckpointedLoop({name}, {self.plan!r}, with_outputs={self.with_outputs})"
+        return f"CheckpointedLoop({name}, {self.schedule!r}, with_outputs={self.with_outputs})"
 
     @property
-    def predicted_plain_steps(self) -> int:
+    def plan(self) -> Any:
+        """The schedule: fixed, or with a memory budget the plan the last call used (None before
+        the first gradient or :meth:`preview`)."""
+        return self.last_plan if self.budget is not None else self.schedule
+
+    @property
+    def predicted_plain_steps(self) -> int | None:
         """Plain evaluations of one gradient: the schedule's (the forward tapes the last segment,
         which the reverse sweep then uses, so it adds no plain step)."""
-        return self.plan.plain_steps
+        return None if self.plan is None else self.plan.plain_steps
+
+    def preview(self, params: Any, init_state: Any, inputs: Any = None) -> BudgetPlan:
+        """Measure one step (two evaluations of fn) and return the plan a gradient w.r.t. params
+        would use: predicted evaluations, peak bytes and time relative to store-all."""
+        sizes = self.measure(params, init_state, inputs)
+        if self.budget is not None:
+            plan = self.budget.plan(self.seq_len, self.schedule.memory, sizes)
+            self.last_plan = plan
+            return plan
+        states = min(self.schedule.peak_slots, self.seq_len)
+        return BudgetPlan(self.seq_len, sizes.work_bytes + states * sizes.state_bytes,
+                          replace(sizes, tape_bytes=None))
+
+    def memory_for(self, max_relative_time: float, params: Any, init_state: Any,
+                   inputs: Any = None) -> int:
+        """The least ``memory`` (bytes) predicted to keep a gradient within ``max_relative_time``
+        times store-all, measured on these arguments."""
+        return memory_for(self.seq_len, max_relative_time,
+                          self.measure(params, init_state, inputs))
+
+    def measure(self, params: Any, init_state: Any, inputs: Any = None) -> Sizes:
+        """The sizes and step times of this loop on these arguments (gradient w.r.t. params)."""
+        self._check_inputs(inputs)
+        x_leaves, x_def = flatten(inputs)
+        stepper = PlainStepper(self.fn, self.with_outputs, params, init_state, x_leaves, x_def,
+                               LoopStats(), None)
+        cache = self.budget or SizeCache()
+        return cache.sizes(self, stepper, freeze(init_state),
+                           list(range(len(flatten(params)[0]))), [])
 
     def __call__(self, params: Any, init_state: Any, inputs: Any = None) -> Any:
         self._check_inputs(inputs)
@@ -146,7 +188,18 @@ class CheckpointedLoop(_LoopBase):
                     f"(step t receives inputs[t]); got {got}{which} (shape {shape}){hint}")
 
     def derivative_schedule(self, call: Call) -> Any:
-        return self.plan
+        if self.budget is None:
+            return self.schedule
+        return Plan(call.n, max(1, call.schedule.slots))   # the same states, tapes not kept
+
+    def _schedule_for(self, call: Call, stepper: PlainStepper, state0: Any) -> Any:
+        if self.budget is None:
+            return self.schedule
+        sizes = self.budget.sizes(self, stepper, state0, call.boxed_leaves(0),
+                                  call.boxed_leaves(2))
+        plan = self.budget.plan(self.seq_len, self.schedule.memory, sizes)
+        self.last_plan = plan
+        return plan
 
     def forward(self, call: Call, args: tuple) -> Any:
         """Run the schedule up to its first ``Reverse`` (the first sweep), then to the end."""
@@ -154,15 +207,21 @@ class CheckpointedLoop(_LoopBase):
         groups = call.groups
         p_leaves, s_leaves, x_leaves = (grp.expand(a) for grp, a in zip(groups, call.split(args)))
         params = unflatten(groups[0].tree_def, p_leaves)
-        state0 = unflatten(groups[1].tree_def, s_leaves)
+        state0 = freeze(unflatten(groups[1].tree_def, s_leaves))
         stats, ys = LoopStats(), self._outputs(self.seq_len)
         stepper = PlainStepper(self.fn, self.with_outputs, params, state0, x_leaves,
                                groups[2].tree_def, stats, ys)
-        executor = Executor(self.seq_len, freeze(state0))
-        actions = iter(self.plan)
+        schedule = call.schedule = self._schedule_for(call, stepper, state0)
+        if not any(call.vjp_args):
+            # Forward mode only: no VJP can follow, so keep no snapshots.
+            final = stepper.advance(state0, 0, self.seq_len)
+            call.pending = Pending(None, None, stepper, stats)
+            return (final, ys.buf) if self.with_outputs else final
+        executor = Executor(self.seq_len, state0)
+        actions = iter(schedule)
         first = executor.run(actions, stepper, until=Reverse)
         if first is None:
-            raise ScheduleError(f"the schedule {self.plan!r} yielded no Reverse action: a schedule "
+            raise ScheduleError(f"the schedule {schedule!r} yielded no Reverse action: a schedule "
                                 f"must reverse every step, the last one first")
         if first.start != executor.tracker.live_index or first.stop != self.seq_len:
             executor.tracker.apply(first)       # raises the tracker's ScheduleError
@@ -183,104 +242,18 @@ class CheckpointedLoop(_LoopBase):
         return (final, ys.buf) if self.with_outputs else final
 
 
-class WhileLoop(_LoopBase):
-    """``run(params, init_state)``: see :func:`checkpointed_while_loop`."""
-
-    def __init__(self, cond_fn: Callable, body_fn: Callable, num_ckpts: int,
-                 max_steps: int | None = None, planner: Callable | None = None,
-                 verify: bool = False) -> None:
-        check_callable("cond_fn", cond_fn, "cond_fn(params, state) -> bool")
-        check_callable("body_fn", body_fn, "body_fn(params, state) -> new_state")
-        num_ckpts = check_positive_int("num_ckpts", num_ckpts, NUM_CKPTS_RULE)
-        if max_steps is not None:
-            max_steps = check_int("max_steps", max_steps, 0, " or None (unbounded)")
-        verify = check_bool("verify", verify)
-        if planner is not None and not callable(planner):
-            raise TypeError(f"planner must be None or a callable returning an online planner; "
-                            f"got {short_repr(planner)}")
-        self.cond_fn, self.body_fn = cond_fn, body_fn
-        self.fn = lambda params, state, x: body_fn(params, state)
-        self.num_ckpts, self.max_steps = num_ckpts, max_steps
-        self.with_outputs, self.verify = False, verify
-        # A factory of online planners (see bincheck.schedule.online); the default places
-        # num_ckpts snapshots with binomial quality. Each call gets its own planner.
-        self.make_planner = planner or (lambda: OnlinePlanner(num_ckpts))
-        self.num_steps: int | None = None       # steps taken by the last call
-        self._freeze()
-
-    def __repr__(self) -> str:
-        names = [getattr(f, "__name__", repr(f)) for f in (self.cond_fn, self.body_fn)]
-        return (f"checkpointed_while_loop({names[0]}, {names[1]}, num_ckpts={self.num_ckpts}, "
-                f"max_steps={self.max_steps})")
-
-    def derivative_schedule(self, call: Call) -> Any:
-        return Plan(call.n, self.num_ckpts)
-
-    def __call__(self, params: Any, init_state: Any) -> Any:
-        out = self._enter((params, init_state, None))
-        if out is not None:
-            return out[0]
-        # Not being differentiated: just run the loop, keep nothing.
-        stepper = self._stepper(params, init_state, LoopStats())
-        final, self.num_steps = self._drive(stepper, freeze(init_state), None, None)
-        return final
-
-    def _stepper(self, params: Any, state: Any, stats: LoopStats) -> WhileStepper:
-        return WhileStepper(self.fn, False, params, state, [], flatten(None)[1], stats, None,
-                            label="body_fn")
-
-    def _drive(self, stepper: WhileStepper, state: Any, executor: Executor | None,
-               planner: Any) -> tuple[Any, int]:
-        """The while loop on plain values. With an executor, the planner keeps snapshots.
-
-        The executor's live state is the state before the latest step (the reversal starts from
-        it); ``cur`` is the newest state. When the loop goes on, the planner may store the live
-        state before it moves to ``cur``, which is handed over instead of recomputed.
-        """
-        if executor is not None:
-            executor.run(planner.start(), stepper)
-        n, cur = 0, state
-        while self._keep_going(stepper.params, cur, n):
-            if n == self.max_steps:
-                raise RuntimeError(
-                    f"checkpointed_while_loop: cond_fn is still true after max_steps="
-                    f"{self.max_steps} steps; raise max_steps or pass max_steps=None (unbounded)")
-            if n >= 1 and executor is not None:
-                stepper.hand_over(n - 1, cur)
-                executor.run(planner.advance(n), stepper)
-            cur = stepper.advance(cur, n, n + 1)
-            n += 1
-        return cur, n
-
-    def _keep_going(self, params: Any, state: Any, n: int) -> bool:
-        verdict = call_fn(lambda p, s, x: self.cond_fn(p, s), (params, state, None), n,
-                          "cond_fn")
-        try:
-            return bool(verdict)
-        except (TypeError, ValueError) as err:
-            raise TypeError(f"cond_fn must return a bool; after {n} steps it returned "
-                            f"{type(verdict).__name__} {np.shape(verdict)}: {err}") from None
-
-    def forward(self, call: Call, args: tuple) -> Any:
-        groups = call.groups
-        p_args, s_args, _ = call.split(args)
-        p_leaves, s_leaves = groups[0].expand(p_args), groups[1].expand(s_args)
-        groups[2].expand([])
-        params = unflatten(groups[0].tree_def, p_leaves)
-        state0 = freeze(unflatten(groups[1].tree_def, s_leaves))
-        stats = LoopStats()
-        stepper = self._stepper(params, state0, stats)
-        executor = Executor(None, state0)
-        planner = self.make_planner()
-        final, n = self._drive(stepper, state0, executor, planner)
-        executor.tracker.end_forward(n)
-        call.n = self.num_steps = n
-        call.pending = Pending(executor, planner.reverse(n), stepper, stats)
-        return final
+def _one_of(num_ckpts: Any, memory: Any) -> int | None:
+    """Exactly one of num_ckpts and memory; returns memory in bytes (None with num_ckpts)."""
+    if (num_ckpts is None) == (memory is None):
+        raise TypeError(f"give exactly one of num_ckpts (states held, the initial one included) "
+                        f"and memory (bytes, e.g. memory='200MB'); got num_ckpts="
+                        f"{short_repr(num_ckpts)} and memory={short_repr(memory)}")
+    return None if memory is None else parse_bytes(memory)
 
 
-def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int,
-                        with_outputs: bool = False, verify: bool = False) -> CheckpointedLoop:
+def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None,
+                        with_outputs: bool = False, verify: bool = False, *,
+                        memory: int | str | None = None) -> CheckpointedLoop:
     """Wrap ``fn(params, state, x) -> new_state`` into a loop differentiable with binomial checkpoints.
 
     ``loop = binomial_checkpoint(fn, seq_len, num_ckpts)``; ``loop(params, init_state, inputs)``
@@ -294,8 +267,17 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int,
     plain steps); ``num_ckpts >= 10`` keeps every state (9 plain steps, no recomputation).
 
     A gradient runs ``fn`` exactly ``seq_len`` times under autograd's tape and
-    ``t(seq_len, num_ckpts) + 1`` times on plain arrays (see :func:`bincheck.plan`), in a single
+    ``t(seq_len, num_ckpts)`` times on plain arrays (see :func:`bincheck.plan`), in a single
     reverse sweep whatever is differentiated. Outside any autograd trace it simply runs the loop.
+
+    ``memory="200MB"`` (instead of ``num_ckpts``; an int is bytes; units B, kB, MB, GB and KiB,
+    MiB, GiB) bounds everything the loop holds during a gradient — snapshots, kept tapes, the
+    tape being differentiated and its buffers, not the arguments, outputs or returned cotangents.
+    The first gradient measures one step (two extra evaluations of ``fn``; ``loop.preview(...)``
+    does it up front and returns the plan with its predictions) and plans the optimal mix of
+    stored states and whole taped segments within the budget (Gruslys et al.'s mixed policy,
+    :mod:`bincheck.schedule.mixed`). A budget below one state plus one step's working set raises
+    a ValueError naming the minimum.
 
     ``fn`` must be a pure function of its arguments and must not update them in place: on plain
     steps it receives read-only views (snapshots are references), and an in-place update raises a
@@ -306,19 +288,8 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int,
     :class:`NondeterministicStepError` naming the steps if they differ.
     """
     check_callable("fn", fn, "fn(params, state, x) -> new_state")
+    memory = _one_of(num_ckpts, memory)
+    if memory is not None:
+        return CheckpointedLoop(fn, MemoryBudget(check_positive_int("seq_len", seq_len), memory),
+                                with_outputs, verify)
     return CheckpointedLoop(fn, Plan(seq_len, num_ckpts), with_outputs, verify)
-
-
-def checkpointed_while_loop(cond_fn: Callable, body_fn: Callable, num_ckpts: int,
-                            max_steps: int | None = None, verify: bool = False) -> WhileLoop:
-    """A ``while cond_fn(params, state): state = body_fn(params, state)`` loop, differentiable with
-    at most ``num_ckpts`` stored states (the initial one included) whatever its length.
-
-    ``run = checkpointed_while_loop(cond_fn, body_fn, num_ckpts)``; ``run(params, init_state)``
-    returns the final state. ``cond_fn`` is evaluated on plain values and not differentiated.
-    Snapshots are placed online (see :mod:`bincheck.schedule.online`); each step runs once in the
-    forward. ``max_steps=None`` means unbounded; otherwise a loop whose ``cond_fn`` is still true
-    after ``max_steps`` steps raises RuntimeError. ``run.num_steps`` is the last call's length.
-    ``verify=True`` and in-place updates: as for :func:`binomial_checkpoint`.
-    """
-    return WhileLoop(cond_fn, body_fn, num_ckpts, max_steps, verify=verify)

@@ -25,7 +25,7 @@ class Sweep:
 
     __slots__ = ("plain", "executor", "p_def", "p_leaves", "p_want", "p_wanted", "s_want",
                  "x_want", "adjoint", "g_ys", "p_acc", "x_bar", "new_adjoint", "verifier", "stats",
-                 "taped")
+                 "taped", "tape_bytes", "peak_held")
 
     def __init__(self, call: Call, pending: Pending, argnums: tuple, g: tuple,
                  verifier: Verifier | None) -> None:
@@ -46,7 +46,10 @@ class Sweep:
 
         self.p_want = wanted(0, 0)
         self.p_wanted = set(self.p_want)
-        self.taped = pending.taped
+        self.taped, pending.taped = pending.taped, None    # held here only until used
+        sizes = getattr(call.schedule, "sizes", None)      # a memory budget's measured sizes
+        self.tape_bytes = sizes.tape_bytes or 0 if sizes is not None else 0
+        self.peak_held = 0
         self.s_want = bool(wanted(1, n_p))
         self.x_want = wanted(2, n_p + n_s)
         self.adjoint, self.g_ys = call.state_cotangent(g)
@@ -67,6 +70,8 @@ class Sweep:
             seg = tape_segment(self.plain, self.p_def, self.p_leaves, self.p_want, state,
                                box_state, self.x_want, start, stop)
             self.stats.taped_steps += stop - start
+        held = self.executor.store.nbytes + (stop - start - 1) * self.tape_bytes
+        self.peak_held = max(self.peak_held, held)
         if self.verifier is not None:
             self.verifier.taped(start, stop, seg.input_leaves, seg.output_values(),
                                 self.executor)
@@ -124,7 +129,11 @@ def reverse_sweep(call: Call, argnums: tuple, args: tuple, g: tuple) -> tuple:
     if executor.run(pending.actions, sweep, (verifier,) if verifier else ()) is not None:
         raise InternalError("the reverse sweep stopped early")        # pragma: no cover
     executor.tracker.finish()
-    pending.stats.peak_snapshots = executor.tracker.peak_slots
+    stats = pending.stats
+    stats.peak_snapshots = executor.tracker.peak_slots
+    sizes = getattr(call.schedule, "sizes", None)
+    stats.peak_bytes = max(executor.store.peak_nbytes, sweep.peak_held) + \
+        (sizes.work_bytes if sizes is not None else 0)
     result = sweep.cotangents(call, argnums)
     pending.stats.library_seconds += time.perf_counter() - t0
     call.loop.stats = pending.stats          # publish one whole call's stats at once

@@ -125,16 +125,20 @@ def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_box: list,
             roots[node] = where
             return new_box(value, trace, node)
 
+        # Params get fresh roots at every step: each step's parameter cotangent is then complete
+        # as soon as that step is pulled back, goes straight into the caller's accumulator and is
+        # freed. (One root per segment would make autograd sum a whole segment's contributions
+        # into an extra parameter-sized buffer at the root.)
         p_vals = list(p_leaves)
-        for i in p_box:
-            p_vals[i] = box(p_vals[i], ("p", i))
-        params = unflatten(p_def, p_vals)
         s_vals = flatten(state)[0]
         seg.input_leaves = s_vals
         st = unflatten(s_def, [box(v, ("s", j)) if box_state and differentiable(v) else v
                                for j, v in enumerate(s_vals)])
         x_leaves = stepper.x_leaves
         for t in range(start, stop):
+            for i in p_box:
+                p_vals[i] = box(p_leaves[i], ("p", i))
+            params = unflatten(p_def, p_vals)
             xs = [leaf[t] for leaf in x_leaves]
             for k in x_box:
                 xs[k] = box(xs[k], ("x", (t, k)))

@@ -16,7 +16,10 @@ class LoopStats:
     time spent inside the loop's forward and reverse sweep, so ``library_seconds - plain_seconds
     - tape_seconds - backward_seconds`` is the library's own overhead (the user's loss and
     autograd's graph outside the loop excluded). ``peak_snapshots`` is the most states the
-    schedule stored at once (the working state not counted, as in Revolve).
+    schedule stored at once (the working state not counted, as in Revolve). ``peak_bytes`` is the
+    library's own accounting of the most it held at once: the stored snapshots' array bytes
+    (counted exactly) plus, for loops with a ``memory`` budget, the taped segment's steps at the
+    measured tape size and the measured working set (see :mod:`bincheck.autograd.probe`).
 
     Each call of a loop fills its own LoopStats; ``loop.stats`` is replaced by a call's object
     when that call's reverse sweep completes, so it always describes one whole call.
@@ -29,6 +32,7 @@ class LoopStats:
     tape_seconds: float = 0.0
     backward_seconds: float = 0.0
     library_seconds: float = 0.0
+    peak_bytes: int = 0
 
     @property
     def overhead_seconds(self) -> float:

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import numpy as np
+
+from ..tree import flatten
+
 
 class Store(Protocol):
     def put(self, index: int, state: Any) -> None: ...
@@ -17,22 +21,33 @@ class Store(Protocol):
     def __contains__(self, index: object) -> bool: ...
 
 
-class MemoryStore:
-    """Snapshots kept in RAM, by reference."""
+def state_nbytes(state: Any) -> int:
+    """Array bytes of a state (its leaves' ``nbytes``)."""
+    return sum(int(np.asarray(v).nbytes) for v in flatten(state)[0])
 
-    __slots__ = ("_states",)
+
+class MemoryStore:
+    """Snapshots kept in RAM, by reference; counts the array bytes they hold."""
+
+    __slots__ = ("_states", "nbytes", "peak_nbytes")
 
     def __init__(self) -> None:
-        self._states: dict[int, Any] = {}
+        self._states: dict[int, tuple[Any, int]] = {}
+        self.nbytes = self.peak_nbytes = 0
 
     def put(self, index: int, state: Any) -> None:
-        self._states[index] = state
+        size = state_nbytes(state)
+        self._states[index] = (state, size)
+        self.nbytes += size
+        self.peak_nbytes = max(self.peak_nbytes, self.nbytes)
 
     def get(self, index: int) -> Any:
-        return self._states[index]
+        return self._states[index][0]
 
     def pop(self, index: int) -> Any:
-        return self._states.pop(index)
+        state, size = self._states.pop(index)
+        self.nbytes -= size
+        return state
 
     def __contains__(self, index: object) -> bool:
         return index in self._states

@@ -171,8 +171,8 @@ class Plan:
                 f"repetition number r = {self.repetitions})\n"
                 f"  taped evaluations : {self.taped_steps}\n"
                 f"  peak states held  : {self.peak_slots}\n"
-                f"  a gradient runs fn {self.plain_steps + 1} times plain (the forward also "
-                f"computes the last step) and {self.taped_steps} times taped")
+                f"  a gradient runs fn {self.plain_steps} times plain and {self.taped_steps} "
+                f"times taped (the forward tapes the last step)")
 
 
 def plan(seq_len: int, num_ckpts: int) -> Plan:

@@ -53,6 +53,18 @@ def parse_bytes(value: object, name: str = "memory") -> int:
 
 
 @dataclass(frozen=True)
+class MemoryBudget:
+    """A loop's schedule to be planned within ``memory`` bytes once its step has been measured
+    (what ``binomial_checkpoint(fn, seq_len, memory=...)`` holds instead of a plan)."""
+
+    seq_len: int
+    memory: int
+
+    def __str__(self) -> str:
+        return f"memory budget: {self.seq_len} steps within {format_bytes(self.memory)}"
+
+
+@dataclass(frozen=True)
 class Sizes:
     """What one step of a loop costs in bytes and seconds (measured by ``loop.preview``)."""
 
