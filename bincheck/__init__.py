@@ -8,8 +8,9 @@ The planning layer (``plan``, ``simulate``, the actions, ``EqualSegments``) and 
 from typing import Any
 
 from .runtime import Executor, LoopStats
-from .schedule import (Advance, Cost, EqualSegments, Free, Plan, Restore, Reverse, ScheduleError,
-                       Snapshot, optimal_plain_steps, plan, simulate)
+from .schedule import (Advance, BudgetPlan, Cost, EqualSegments, Free, Plan, Restore, Reverse,
+                       ScheduleError, Sizes, Snapshot, memory_for, optimal_plain_steps,
+                       parse_bytes, plan, simulate)
 
 _AUTOGRAD_NAMES = ("binomial_checkpoint", "checkpointed_while_loop", "CheckpointedLoop",
                    "WhileLoop", "NondeterministicStepError")
@@ -17,7 +18,8 @@ _AUTOGRAD_NAMES = ("binomial_checkpoint", "checkpointed_while_loop", "Checkpoint
 __all__ = ["binomial_checkpoint", "checkpointed_while_loop", "WhileLoop",
            "NondeterministicStepError", "CheckpointedLoop", "LoopStats", "EqualSegments", "plan",
            "Plan", "optimal_plain_steps", "simulate", "Cost", "ScheduleError", "Executor",
-           "Advance", "Snapshot", "Restore", "Free", "Reverse"]
+           "Advance", "Snapshot", "Restore", "Free", "Reverse", "BudgetPlan", "Sizes",
+           "memory_for", "parse_bytes"]
 __version__ = "0.1.0"
 
 
