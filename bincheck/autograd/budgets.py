@@ -1,7 +1,7 @@
 """Byte budgets for the front ends: measuring a loop's step once, and the schedule for a call.
 
 A loop built with ``memory=...`` has no schedule until it has seen its data: the first call that
-needs one probes step 0 (:mod:`.probe`: two extra evaluations of ``fn``), keeps the measured
+needs one probes step 0 (:mod:`.probe`: four extra evaluations of ``fn``), keeps the measured
 sizes in a cache keyed by the shapes and dtypes of the arguments and by which of them are being
 differentiated (a cache, not per-call state: a repeat measurement would give the same plan), and
 plans within the budget (:class:`~bincheck.schedule.budget.BudgetPlan`).

@@ -128,7 +128,7 @@ class CheckpointedLoop(_LoopBase):
         return None if self.plan is None else self.plan.plain_steps
 
     def preview(self, params: Any, init_state: Any, inputs: Any = None) -> BudgetPlan:
-        """Measure one step (two evaluations of fn) and return the plan a gradient w.r.t. params
+        """Measure one step (four evaluations of fn) and return the plan a gradient w.r.t. params
         would use: predicted evaluations, peak bytes and time relative to store-all."""
         sizes = self.measure(params, init_state, inputs)
         if self.budget is not None:
@@ -273,7 +273,7 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     ``memory="200MB"`` (instead of ``num_ckpts``; an int is bytes; units B, kB, MB, GB and KiB,
     MiB, GiB) bounds everything the loop holds during a gradient — snapshots, kept tapes, the
     tape being differentiated and its buffers, not the arguments, outputs or returned cotangents.
-    The first gradient measures one step (two extra evaluations of ``fn``; ``loop.preview(...)``
+    The first gradient measures one step (four extra evaluations of ``fn``; ``loop.preview(...)``
     does it up front and returns the plan with its predictions) and plans the optimal mix of
     stored states and whole taped segments within the budget (Gruslys et al.'s mixed policy,
     :mod:`bincheck.schedule.mixed`). A budget below one state plus one step's working set raises
