@@ -14,11 +14,10 @@ from bincheck.schedule import BudgetPlan, MixedPlan, Plan, Sizes, memory_for, pa
 from helpers import Counter, assert_trees_close, peak_bytes, plain_loop, plain_while, rnn_problem, \
     tanh_rnn
 
-# Beyond the loop's own accounting, tracemalloc sees CPython's free lists (tuples, frames, ...),
-# which autograd's backward fills and only a full gc.collect() empties: up to ~270 KiB after a
-# gradient here (measured: 268 KiB held after the gradient, released by a full collection that
-# found no garbage). The loop's own figures come within 18 KiB of tracemalloc at H=256, T=1000.
-ALLOWANCE = 320 * 1024
+# The working set reserves 256 KiB for CPython's free lists (autograd's backward fills them; only
+# a full gc.collect() empties them), so tracemalloc's peak should stay within the budget; the
+# allowance covers Python objects no estimate names.
+ALLOWANCE = 32 * 1024
 
 
 @pytest.mark.parametrize("text,value", [("200MB", 200 * 10**6), ("1.5 GiB", 3 * 2**29),
@@ -149,11 +148,11 @@ def test_while_loop_within_a_budget():
     cond = lambda p, st: st[0] < 150
     body = lambda p, st: (st[0] + 1.0, np.tanh(st[1] * p) + 0.1)
     y0 = numpy.linspace(0.1, 0.9, 2000)                       # 16 KB state
-    run = checkpointed_while_loop(cond, body, memory="400kB")
+    run = checkpointed_while_loop(cond, body, memory="700kB")
     g = grad(lambda p: np.sum(run(p, (0.0, y0))[1]))(1.1)
     g0 = grad(lambda p: np.sum(plain_while(cond, body)(p, (0.0, y0))[1]))(1.1)
     assert g == pytest.approx(g0, rel=1e-10)
-    assert 2 <= run.stats.peak_snapshots <= 400_000 // y0.nbytes
+    assert 2 <= run.stats.peak_snapshots <= 700_000 // y0.nbytes
     tiny = checkpointed_while_loop(cond, body, memory="1kB")
     with pytest.raises(ValueError, match="below the least this loop needs"):
         grad(lambda p: np.sum(tiny(p, (0.0, y0))[1]))(1.1)
@@ -162,7 +161,7 @@ def test_while_loop_within_a_budget():
 def test_second_order_through_a_budgeted_loop():
     l = 40
     params, h0, xs = rnn_problem(l, H=8, B=2, D=3)
-    loop = binomial_checkpoint(tanh_rnn, l, memory="60kB")
+    loop = binomial_checkpoint(tanh_rnn, l, memory="400kB")
     f = lambda W: np.sum(loop((W,) + params[1:], h0, xs) ** 2)
     f0 = lambda W: np.sum(plain_loop(tanh_rnn, (W,) + params[1:], h0, xs, l) ** 2)
     v = numpy.random.RandomState(0).randn(*params[0].shape)

@@ -132,7 +132,7 @@ def predicted_curve(rows: list[Row]):
             if s > T:
                 continue
             p = plan(T, s)
-            t = ((p.plain_steps + 1) * ours[0].plain_step_ms + T * taped_ms) / 1e3
+            t = (p.plain_steps * ours[0].plain_step_ms + T * taped_ms) / 1e3
             mem = s * state_mib + fixed_mib
             xs.append(t / ref.time_s)
             ys.append(100.0 * (1.0 - mem / ref.tracemalloc_peak_mib))

@@ -4,12 +4,13 @@ One probe runs step 0 plain and taped, twice each (the faster of each is kept, t
 warmed caches up), pulls a cotangent through the tape (timed), and counts bytes from the
 real data, without ``tracemalloc`` (which a user may be running; its peak cannot be restored):
 
-* ``state_bytes``: the state's array bytes after step 0;
 * ``tape_bytes``: the array bytes one step's tape holds alive — everything reachable from its
   nodes' VJP closures, arrays owned by the caller (params, inputs) excluded — plus its input
   state, which a kept tape holds too, plus ``NODE_BYTES`` of Python objects per node;
+* ``state_bytes``: the state's array bytes after step 0, plus the Python objects of a snapshot;
 * ``work_bytes``: the working set of a reverse step: one step's tape, the most cotangent bytes
-  alive at once during its backward (counted as the backward runs), and ``WORK_STATES`` states.
+  alive at once during its backward (counted as the backward runs), ``WORK_STATES`` states, and
+  ``INTERPRETER_BYTES`` for CPython's free lists.
 
 Counting the same way whether or not ``tracemalloc`` runs keeps plans reproducible;
 ``tests/test_budget.py`` checks a gradient's ``tracemalloc`` peak against the budget.
@@ -39,6 +40,13 @@ NODE_BYTES = 1200
 # computed, the adjoint, the output cotangent autograd hands to the sweep, and the zero-filled
 # cotangent autograd builds for the primitive's output tuple.
 WORK_STATES = 5
+# Python objects of a stored snapshot (a read-only view header per leaf, the store's entry):
+# measured ~300 B for a one-leaf state.
+SNAPSHOT_BYTES, SNAPSHOT_LEAF_BYTES = 192, 160
+# CPython's free lists (tuples, frames, ...) fill up during autograd's backward and stay
+# allocated until a full gc.collect(): measured 140-270 KiB after a gradient. Reserved from the
+# budget so that a tracemalloc peak stays within it.
+INTERPRETER_BYTES = 256 * 1024
 
 
 def _base(a: np.ndarray) -> np.ndarray:
@@ -138,14 +146,15 @@ def probe(stepper: PlainStepper, state0: Any, p_box: list, x_box: list) -> Sizes
     ends, cots = seg.ends(adjoint, g_ys)
     owned = {id(_base(v)) for v in p_leaves + stepper.x_leaves + flatten(state0)[0]
              if isinstance(v, np.ndarray)}
-    state_bytes = max(1, array_bytes(state1))
+    state_bytes = array_bytes(state1) + SNAPSHOT_BYTES + SNAPSHOT_LEAF_BYTES * \
+        len(flatten(state1)[0])
     nodes = [n for n in toposort(_SinkView(ends)) if hasattr(n, "vjp")]
     tape_bytes = held_arrays([n.vjp for n in nodes], owned) + state_bytes + \
         NODE_BYTES * len(nodes)
     t3 = time.perf_counter()
     backward_peak = _backward_peak(ends, cots)
     t4 = time.perf_counter()
-    work = tape_bytes + backward_peak + WORK_STATES * state_bytes
+    work = tape_bytes + backward_peak + WORK_STATES * state_bytes + INTERPRETER_BYTES
     return Sizes(state_bytes, tape_bytes, work, max(min(plain_times), 1e-9),
                  max(min(taped_times) + (t4 - t3), 1e-9))
 
