@@ -69,6 +69,15 @@ def _build(treedef: Any, it) -> Any:
     return kind(*(_build(c, it) for c in children))
 
 
+def num_leaves(treedef: Any) -> int:
+    """How many leaves a structure has."""
+    if treedef is LEAF:
+        return 1
+    if treedef == _NONE:
+        return 0
+    return sum(num_leaves(c) for c in treedef[2])
+
+
 def conform(tree: Any, treedef: Any) -> Any:
     """``tree`` with its dicts' keys in ``treedef``'s order where the key sets agree.
 

@@ -42,7 +42,8 @@ def rnn_with_outputs(params, h, x):
     return h, np.dot(h, params[3])
 
 
-def plain_loop(fn, params, state, inputs, seq_len, with_outputs=False):
+def plain_loop(fn, params, state, inputs, seq_len, with_outputs=False, output_fn=None):
+    """The uncheckpointed reference loop; per-step outputs stacked leaf by leaf."""
     ys = []
     for t in range(seq_len):
         x = None if inputs is None else _slice(inputs, t)
@@ -52,14 +53,27 @@ def plain_loop(fn, params, state, inputs, seq_len, with_outputs=False):
             ys.append(y)
         else:
             state = out
-    return (state, np.stack(ys)) if with_outputs else state
+        if output_fn is not None:
+            ys.append(output_fn(params, state, x))
+    return (state, stack_trees(ys)) if with_outputs or output_fn else state
+
+
+def stack_trees(trees):
+    """np.stack over a list of same-shaped trees (tuple/list/dict of arrays), leaf by leaf."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {k: stack_trees([t[k] for t in trees]) for k in first}
+    if isinstance(first, (tuple, list)):
+        return type(first)(stack_trees([t[i] for t in trees]) for i in range(len(first)))
+    return np.stack(trees)
 
 
 def _slice(tree, t):
-    if isinstance(tree, dict):
-        return {k: _slice(v, t) for k, v in tree.items()}
-    if isinstance(tree, (tuple, list)):
-        return type(tree)(_slice(v, t) for v in tree)
+    value = getattr(tree, "_value", tree)            # container boxes under autograd
+    if isinstance(value, dict):
+        return {k: _slice(tree[k], t) for k in value}
+    if isinstance(value, (tuple, list)):
+        return type(value)(_slice(tree[i], t) for i in range(len(value)))
     return tree[t]
 
 

@@ -22,7 +22,7 @@ from autograd.core import VJPNode, vspace
 from autograd.tracer import isbox
 
 from ..runtime.stats import LoopStats
-from ..tree import LEAF, flatten, map_leaves, unflatten
+from ..tree import LEAF, flatten, map_leaves, num_leaves, unflatten
 
 
 class InternalError(RuntimeError):
@@ -132,12 +132,13 @@ class Call:
     """
 
     __slots__ = ("loop", "groups", "pending", "out_leaves", "n", "stats", "vjp_args",
-                 "schedule")
+                 "schedule", "y_def")
 
     def __init__(self, loop: Any, groups: list[Group], vjp_args: list[bool]) -> None:
         self.loop, self.groups = loop, groups
         self.vjp_args = vjp_args   # per argument: boxed by a reverse-mode trace (may want a VJP)
         self.schedule: Any = None  # what this call planned with (a plan; a slot count for while)
+        self.y_def: Any = None     # structure of the per-step outputs, when the loop has them
         self.pending = None
         self.out_leaves: list | None = None   # the final state's leaves (integer ones included)
         self.n: int | None = None             # number of steps this call ran
@@ -162,31 +163,42 @@ class Call:
         n_p, n_s = self.groups[0].n_args, self.groups[1].n_args
         return args[:n_p], args[n_p:n_p + n_s], args[n_p + n_s:]
 
-    # The primitive's output is a flat tuple of the final state's float leaves (and ys): what
-    # autograd handles best. Integer leaves (counters) cannot be boxed at all, so they travel
-    # beside the primitive and unpack puts them back.
+    # The primitive's output is a flat tuple: the final state's float leaves, then the leaves of
+    # the stacked per-step outputs (if any). A flat tuple of arrays is what autograd handles
+    # best. Integer state leaves (counters) cannot be boxed at all, so they travel beside the
+    # primitive and unpack puts them back.
     def pack(self, out: Any) -> tuple:
-        final, ys = out if self.loop.with_outputs else (out, None)
+        final, ys = out if self.loop.has_outputs else (out, None)
         leaves = flatten(final)[0]
         self.out_leaves = leaves
         packed = tuple(v for v in leaves if differentiable(v))
-        return packed + (ys,) if self.loop.with_outputs else packed
+        if not self.loop.has_outputs:
+            return packed
+        y_leaves, self.y_def = flatten(ys)
+        return packed + tuple(y_leaves)
+
+    @property
+    def n_state(self) -> int:
+        """How many of the packed items are state leaves (the rest are outputs' leaves)."""
+        return sum(differentiable(v) for v in self.out_leaves)
 
     def unpack(self, packed: Any) -> Any:
-        items = list(packed)
-        ys = items.pop() if self.loop.with_outputs else None
-        it = iter(items)
+        items, n = list(packed), self.n_state
+        it = iter(items[:n])
         leaves = [next(it) if differentiable(v) else v for v in self.out_leaves]
         final = unflatten(self.groups[1].tree_def, leaves)
-        return (final, ys) if self.loop.with_outputs else final
+        if not self.loop.has_outputs:
+            return final
+        return final, unflatten(self.y_def, items[n:])
 
-    def state_cotangent(self, g: Any) -> tuple[list, Any]:
-        """Split the cotangent of :meth:`pack`'s tuple into per-leaf state cotangents and ys'."""
-        items = list(g)
-        g_ys = items.pop() if self.loop.with_outputs else None
-        n_float = sum(differentiable(v) for v in self.out_leaves)
-        if len(items) != n_float:
-            raise InternalError(f"the output cotangent has {len(items)} state leaves, the "
-                                f"output {n_float}")
-        it = iter(items)
+    def state_cotangent(self, g: Any) -> tuple[list, list | None]:
+        """Split the cotangent of :meth:`pack`'s tuple into per-leaf state cotangents and the
+        outputs' (one per output leaf)."""
+        items, n = list(g), self.n_state
+        n_y = num_leaves(self.y_def) if self.loop.has_outputs else 0
+        if len(items) != n + n_y:
+            raise InternalError(f"the output cotangent has {len(items)} leaves; the output "
+                                f"{n} state and {n_y} per-step output leaves")
+        it = iter(items[:n])
+        g_ys = items[n:] if self.loop.has_outputs else None
         return [next(it) if differentiable(v) else None for v in self.out_leaves], g_ys

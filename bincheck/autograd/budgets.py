@@ -18,7 +18,8 @@ from ..runtime.stats import LoopStats
 from ..schedule.budget import BudgetPlan, Sizes
 from ..tree import flatten
 from .probe import probe
-from .steps import Outputs, PlainStepper
+from .outputs import Outputs
+from .steps import PlainStepper
 
 
 def signature(stepper: PlainStepper, state: Any, p_box: list, x_box: list) -> tuple:
@@ -43,8 +44,8 @@ class SizeCache:
         if sizes is None:
             probe_stepper = PlainStepper(loop.fn, loop.with_outputs, stepper.params, state,
                                          stepper.x_leaves, stepper.x_def, LoopStats(),
-                                         Outputs(1) if loop.with_outputs else None,
-                                         stepper.label)
+                                         Outputs(1) if loop.has_outputs else None,
+                                         stepper.label, loop.output_fn)
             sizes = probe(probe_stepper, state, p_box, x_box)
             with self._lock:
                 sizes = self._sizes.setdefault(key, sizes)

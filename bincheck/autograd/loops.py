@@ -33,8 +33,9 @@ from ..tree import flatten, unflatten
 from .boundary import Call, Group, Pending, reverse_traced, values
 from .budgets import SizeCache
 from .primitives import loop_primitive
-from .steps import Outputs, PlainStepper, freeze
-from .tangent import ZERO, TangentStep
+from .outputs import Outputs
+from .steps import PlainStepper, freeze
+from .tangent import ZERO, TangentOutput, TangentStep
 from .tape import tape_segment
 from .verify import RTOL
 
@@ -70,14 +71,31 @@ class _LoopBase:
         # so that user code that unpacks or type-checks the result works unchanged.
         return (call.unpack([packed[i] for i in range(len(packed._value))]),)
 
+    output_fn: Callable | None = None
+
+    @property
+    def has_outputs(self) -> bool:
+        return self.with_outputs or self.output_fn is not None
+
     def _outputs(self, seq_len: int) -> Outputs | None:
-        return Outputs(seq_len, RTOL if self.verify else None) if self.with_outputs else None
+        if not self.has_outputs:
+            return None
+        return Outputs(seq_len, RTOL if self.verify else None,
+                       "y" if self.with_outputs else "output_fn's y")
+
+    def _stepper(self, params: Any, state: Any, x_leaves: list, x_def: Any, stats: LoopStats,
+                 ys: Outputs | None) -> PlainStepper:
+        return PlainStepper(self.fn, self.with_outputs, params, state, x_leaves, x_def, stats,
+                            ys, output_fn=self.output_fn)
 
     def derivative_schedule(self, call: Call) -> Any:
         raise NotImplementedError
 
     def derivative_loop(self, call: Call) -> "CheckpointedLoop":
         """The loop over f~ (a step and its JVP), with this call's length and checkpoint budget."""
+        if self.output_fn is not None:
+            return CheckpointedLoop(TangentStep(self.fn, False), self.derivative_schedule(call),
+                                    output_fn=TangentOutput(self.output_fn))
         return CheckpointedLoop(TangentStep(self.fn, self.with_outputs),
                                 self.derivative_schedule(call), self.with_outputs)
 
@@ -92,10 +110,16 @@ class CheckpointedLoop(_LoopBase):
     _published = ("stats", "last_plan")
 
     def __init__(self, fn: Callable, schedule: Any, with_outputs: bool = False,
-                 verify: bool = False) -> None:
+                 verify: bool = False, output_fn: Callable | None = None) -> None:
         check_callable("fn", fn, "fn(params, state, x) -> new_state")
         with_outputs = check_bool("with_outputs", with_outputs)
         verify = check_bool("verify", verify)
+        if output_fn is not None:
+            check_callable("output_fn", output_fn, "output_fn(params, new_state, x) -> y")
+            if with_outputs:
+                raise ValueError("output_fn and with_outputs=True are mutually exclusive: with "
+                                 "output_fn, fn returns only the new state and output_fn(params, "
+                                 "new_state, x) gives step t's output")
         if not isinstance(schedule, MemoryBudget):
             missing = [a for a in ("seq_len", "first_reverse_start", "plain_steps", "__iter__")
                        if not hasattr(schedule, a)]
@@ -106,14 +130,16 @@ class CheckpointedLoop(_LoopBase):
                     f"got {short_repr(schedule)} of type {type(schedule).__name__}, lacking "
                     f"{', '.join(missing)}")
         self.fn, self.schedule, self.seq_len = fn, schedule, schedule.seq_len
-        self.with_outputs, self.verify = with_outputs, verify
+        self.with_outputs, self.verify, self.output_fn = with_outputs, verify, output_fn
         self.budget = SizeCache() if isinstance(schedule, MemoryBudget) else None
         self.last_plan = None        # with a memory budget: the plan the last call used
         self._freeze()
 
     def __repr__(self) -> str:
         name = getattr(self.fn, "__name__", repr(self.fn))
-        return f"CheckpointedLoop({name}, {self.schedule!r}, with_outputs={self.with_outputs})"
+        outputs = f", output_fn={getattr(self.output_fn, '__name__', self.output_fn)}" \
+            if self.output_fn is not None else f", with_outputs={self.with_outputs}"
+        return f"CheckpointedLoop({name}, {self.schedule!r}{outputs})"
 
     @property
     def plan(self) -> Any:
@@ -150,8 +176,7 @@ class CheckpointedLoop(_LoopBase):
         """The sizes and step times of this loop on these arguments (gradient w.r.t. params)."""
         self._check_inputs(inputs)
         x_leaves, x_def = flatten(inputs)
-        stepper = PlainStepper(self.fn, self.with_outputs, params, init_state, x_leaves, x_def,
-                               LoopStats(), None)
+        stepper = self._stepper(params, init_state, x_leaves, x_def, LoopStats(), None)
         cache = self.budget or SizeCache()
         return cache.sizes(self, stepper, freeze(init_state),
                            list(range(len(flatten(params)[0]))), [])
@@ -164,10 +189,9 @@ class CheckpointedLoop(_LoopBase):
         # Not being differentiated: just run the loop, keep nothing.
         x_leaves, x_def = flatten(inputs)
         ys = self._outputs(self.seq_len)
-        stepper = PlainStepper(self.fn, self.with_outputs, params, init_state, x_leaves, x_def,
-                               LoopStats(), ys)
+        stepper = self._stepper(params, init_state, x_leaves, x_def, LoopStats(), ys)
         state = stepper.advance(freeze(init_state), 0, self.seq_len)
-        return (state, ys.buf) if self.with_outputs else state
+        return (state, ys.value) if self.has_outputs else state
 
     def _check_inputs(self, inputs: Any) -> None:
         leaves = flatten(values(inputs))[0]
@@ -209,14 +233,13 @@ class CheckpointedLoop(_LoopBase):
         params = unflatten(groups[0].tree_def, p_leaves)
         state0 = freeze(unflatten(groups[1].tree_def, s_leaves))
         stats, ys = LoopStats(), self._outputs(self.seq_len)
-        stepper = PlainStepper(self.fn, self.with_outputs, params, state0, x_leaves,
-                               groups[2].tree_def, stats, ys)
+        stepper = self._stepper(params, state0, x_leaves, groups[2].tree_def, stats, ys)
         schedule = call.schedule = self._schedule_for(call, stepper, state0)
         if not any(call.vjp_args):
             # Forward mode only: no VJP can follow, so keep no snapshots.
             final = stepper.advance(state0, 0, self.seq_len)
             call.pending = Pending(None, None, stepper, stats)
-            return (final, ys.buf) if self.with_outputs else final
+            return (final, ys.value) if self.has_outputs else final
         executor = Executor(self.seq_len, state0)
         actions = iter(schedule)
         first = executor.run(actions, stepper, until=Reverse)
@@ -239,7 +262,7 @@ class CheckpointedLoop(_LoopBase):
         else:
             final = stepper.advance(executor.live, first.start, self.seq_len)
         call.pending = Pending(executor, itertools.chain((first,), actions), stepper, stats, taped)
-        return (final, ys.buf) if self.with_outputs else final
+        return (final, ys.value) if self.has_outputs else final
 
 
 def _one_of(num_ckpts: Any, memory: Any) -> int | None:
@@ -253,7 +276,8 @@ def _one_of(num_ckpts: Any, memory: Any) -> int | None:
 
 def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None,
                         with_outputs: bool = False, verify: bool = False, *,
-                        memory: int | str | None = None) -> CheckpointedLoop:
+                        memory: int | str | None = None,
+                        output_fn: Callable | None = None) -> CheckpointedLoop:
     """Wrap ``fn(params, state, x) -> new_state`` into a loop differentiable with binomial checkpoints.
 
     ``loop = binomial_checkpoint(fn, seq_len, num_ckpts)``; ``loop(params, init_state, inputs)``
@@ -291,5 +315,5 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     memory = _one_of(num_ckpts, memory)
     if memory is not None:
         return CheckpointedLoop(fn, MemoryBudget(check_positive_int("seq_len", seq_len), memory),
-                                with_outputs, verify)
-    return CheckpointedLoop(fn, Plan(seq_len, num_ckpts), with_outputs, verify)
+                                with_outputs, verify, output_fn)
+    return CheckpointedLoop(fn, Plan(seq_len, num_ckpts), with_outputs, verify, output_fn)

@@ -142,7 +142,7 @@ def probe(stepper: PlainStepper, state0: Any, p_box: list, x_box: list) -> Sizes
         plain_times.append(t1 - t0)
         taped_times.append(t2 - t1)
     adjoint = [vspace(v).ones() for v in flatten(state1)[0]]
-    g_ys = [vspace(stepper.ys.buf[0]).ones()] if seg.y_nodes else None
+    g_ys = [vspace(b).ones() for b in stepper.ys.bufs] if seg.y_nodes else None
     ends, cots = seg.ends(adjoint, g_ys)
     owned = {id(_base(v)) for v in p_leaves + stepper.x_leaves + flatten(state0)[0]
              if isinstance(v, np.ndarray)}

@@ -21,7 +21,7 @@ from autograd.tracer import isbox
 
 from ..runtime.stats import LoopStats
 from ..tree import LEAF, conform, describe, flatten, map_leaves, unflatten
-from .verify import compare
+from .outputs import Outputs
 
 _NAMES = ("params", "state", "inputs")
 
@@ -80,56 +80,27 @@ def _in_place_message(fn: Callable, args: tuple, t: int, label: str, err: ValueE
             f"array (e.g. np.where, np.concatenate) instead of assigning `s[i] = ...`.")
 
 
-class Outputs:
-    """Per-step outputs written straight into one (seq_len, ...) array: no list, no stacking copy.
-
-    Only the first computation of each step records (steps arrive in order in the forward);
-    a recomputed ``y`` is compared with the recorded one when ``rtol`` is set (``verify=True``).
-    The dtype is promoted if a later y needs it, as ``np.stack`` would.
-    """
-
-    __slots__ = ("seq_len", "buf", "count", "rtol")
-
-    def __init__(self, seq_len: int, rtol: float | None = None) -> None:
-        self.seq_len, self.buf, self.count, self.rtol = seq_len, None, 0, rtol
-
-    def add(self, t: int, y: Any) -> None:
-        if t != self.count:
-            if self.rtol is not None and t < self.count:
-                compare(f"the output y of step {t}", [self.buf[t]], [y], self.rtol,
-                        f"recomputing step {t}")
-            return
-        y = np.asarray(y)
-        if self.buf is None:
-            self.buf = np.empty((self.seq_len,) + y.shape, dtype=y.dtype)
-        elif y.dtype != self.buf.dtype:
-            dtype = np.result_type(self.buf.dtype, y.dtype)   # promote, as np.stack would
-            if dtype != self.buf.dtype:
-                self.buf = self.buf.astype(dtype)
-        self.buf[t] = y
-        self.count += 1
-
-
 class PlainStepper:
     """Runs ``fn`` on plain values for one call: ``advance(state, start, stop)``.
 
     Holds the call's read-only params and input leaves, the state's structure and shapes (every
-    step's result is checked against them), the call's stats and its per-step outputs.
+    step's result is checked against them), the call's stats and its per-step outputs. With
+    ``output_fn``, a step's output is computed only when it is first recorded: never in replays.
     """
 
-    __slots__ = ("fn", "with_outputs", "params", "x_leaves", "x_def", "s_def", "s_shapes",
-                 "y_shape", "ys", "stats", "label")
+    __slots__ = ("fn", "with_outputs", "output_fn", "params", "x_leaves", "x_def", "s_def",
+                 "s_shapes", "ys", "stats", "label")
 
     def __init__(self, fn: Callable, with_outputs: bool, params: Any, state: Any,
                  x_leaves: list, x_def: Any, stats: LoopStats, ys: Outputs | None,
-                 label: str = "fn") -> None:
+                 label: str = "fn", output_fn: Callable | None = None) -> None:
         self.fn, self.with_outputs, self.label = fn, with_outputs, label
+        self.output_fn = output_fn
         self.params = freeze(params)
         s_leaves, self.s_def = flatten(state)
         self.s_shapes = [np.shape(v) for v in s_leaves]
         self.x_leaves = [readonly(v) for v in x_leaves]
         self.x_def = x_def
-        self.y_shape = None
         self.stats, self.ys = stats, ys
 
     def x_at(self, t: int, leaves: list | None = None) -> Any:
@@ -147,12 +118,19 @@ class PlainStepper:
         return state
 
     def step(self, state: Any, t: int) -> Any:
-        out = call_fn(self.fn, (self.params, state, self.x_at(t)), t, self.label)
+        x = self.x_at(t)
+        out = call_fn(self.fn, (self.params, state, x), t, self.label)
         if self.with_outputs:
             out, y = self.split_output(out, t)
             if self.ys is not None:
                 self.ys.add(t, y)
-        return freeze(self.check_state(out, t))
+        state = freeze(self.check_state(out, t))
+        if self.output_fn is not None and self.ys is not None and t == self.ys.count:
+            y = call_fn(self.output_fn, (self.params, state, x), t, "output_fn")
+            if any(isbox(v) for v in flatten(y)[0]):
+                raise _closure_error("output_fn")
+            self.ys.add(t, y)
+        return state
 
     def split_output(self, out: Any, t: int) -> tuple[Any, Any]:
         if not (type(out) in (tuple, list) and len(out) == 2):
@@ -161,14 +139,7 @@ class PlainStepper:
                 f"with_outputs=True: fn must return a 2-tuple (new_state, y); step {t} "
                 f"returned {type(out).__name__}{length}")
         state, y = out
-        if type(y) in (tuple, list, dict) or y is None:
-            raise TypeError(f"with_outputs=True: y must be an array (or a scalar); step {t} "
-                            f"returned {type(y).__name__}")
-        if self.y_shape is not None and np.shape(y) != self.y_shape:
-            raise ValueError(f"with_outputs=True: every y must have the same shape; step {t} "
-                             f"returned shape {np.shape(y)}, earlier steps {self.y_shape}")
-        self.y_shape = np.shape(y)
-        if isbox(y):
+        if any(isbox(v) for v in flatten(y)[0]):
             raise _closure_error()
         return state, y
 
@@ -215,8 +186,8 @@ class WhileStepper(PlainStepper):
         return super().advance(state, start, stop)
 
 
-def _closure_error() -> TypeError:
+def _closure_error(label: str = "fn") -> TypeError:
     return TypeError(
-        "fn returned an autograd box on plain inputs: it closes over a value that is being "
-        "differentiated. Pass that value through params (fn(params, state, x)) so the loop can "
-        "checkpoint and differentiate it")
+        f"{label} returned an autograd box on plain inputs: it closes over a value that is being "
+        f"differentiated. Pass that value through params ({label}(params, state, x)) so the loop "
+        f"can checkpoint and differentiate it")

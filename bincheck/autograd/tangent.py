@@ -87,6 +87,14 @@ def _dense(value: Any, tangent: Any) -> Any:
     return _zero_tangent(value) if tangent is ZERO else tangent
 
 
+def _pairs(y: Any, ty: Any) -> Any:
+    """Per-step outputs of the tangent loop: each leaf of ``y`` stacked with its tangent."""
+    y_leaves, y_def = flatten(y)
+    t_leaves = flatten(ty)[0] if ty is not ZERO else [ZERO] * len(y_leaves)
+    return unflatten(y_def, [anp.stack([v, _zero_tangent(v) if t is ZERO else t])
+                             for v, t in zip(y_leaves, t_leaves)])
+
+
 class TangentStep:
     """f~: one step and its JVP; params (p, p.), state (s, s.), inputs (x, x.)."""
 
@@ -104,8 +112,18 @@ class TangentStep:
         new_ts = unflatten(s1_def, [_dense(v, t) for v, t in zip(s1_leaves, flatten(ts1)[0])])
         if not self.with_outputs:
             return (s1, new_ts)
-        ty = _zero_tangent(y) if ty is ZERO else ty
-        return (s1, new_ts), anp.stack([y, ty])
+        return (s1, new_ts), _pairs(y, ty)
+
+
+class TangentOutput:
+    """The tangent loop's ``output_fn``: an output and its JVP, (y, y.) per leaf."""
+
+    def __init__(self, output_fn: Callable) -> None:
+        self.output_fn = output_fn
+
+    def __call__(self, P: tuple, S1: tuple, X: tuple) -> Any:
+        (p, tp), (s1, ts1), (x, tx) = P, S1, X
+        return _pairs(*jvp_call(self.output_fn, (p, s1, x), (tp, ts1, tx)))
 
 
 def tangent_inputs(call: Call, z_args: tuple, tangents: dict) -> list:
@@ -137,7 +155,7 @@ def _tangent_outputs(call: Call, P: tuple, S: tuple, X: tuple) -> tuple:
     if call.n == 0:                          # a while loop that took no step
         return S, None
     out = call.loop.derivative_loop(call)(P, S, X)
-    return out if call.loop.with_outputs else (out, None)
+    return out if call.loop.has_outputs else (out, None)
 
 
 def tangent(call: Call, argnums: tuple, gs: tuple, args: tuple) -> tuple:
@@ -145,10 +163,10 @@ def tangent(call: Call, argnums: tuple, gs: tuple, args: tuple) -> tuple:
     P, S, X = tangent_inputs(call, args, dict(zip(argnums, gs)))
     (final, dfinal), ys2 = _tangent_outputs(call, P, S, X)
     packed = tuple(t for t, v in zip(flatten(dfinal)[0], call.out_leaves) if differentiable(v))
-    if not call.loop.with_outputs:
+    if not call.loop.has_outputs:
         return packed
-    dys = ys2[:, 1]
-    return packed + (dys.copy() if type(dys) is np.ndarray else dys,)  # free the (T, 2) pair
+    dys = [pair[:, 1] for pair in flatten(ys2)[0]]                       # (T, 2, ...) pairs
+    return packed + tuple(d.copy() if type(d) is np.ndarray else d for d in dys)  # free them
 
 
 def tangent_vjp(call: Call, z_args: tuple, tangents: dict, wrt: list, gdot: dict | None,
@@ -157,7 +175,7 @@ def tangent_vjp(call: Call, z_args: tuple, tangents: dict, wrt: list, gdot: dict
 
     ``g_args`` is the loop's packed output cotangent g, ``gdot`` its tangent by packed index.
     """
-    with_outputs = call.loop.with_outputs
+    has_outputs = call.loop.has_outputs
     mask = [differentiable(v) for v in call.out_leaves]
 
     def F(zsel: tuple) -> Any:
@@ -167,7 +185,7 @@ def tangent_vjp(call: Call, z_args: tuple, tangents: dict, wrt: list, gdot: dict
         (final, dfinal), ys2 = _tangent_outputs(call, *tangent_inputs(call, zz, tangents))
         leaves = [v for v, m in zip(flatten(final)[0], mask) if m] + \
             [v for v, m in zip(flatten(dfinal)[0], mask) if m]
-        return ag_tuple(leaves + ([ys2] if with_outputs else []))
+        return ag_tuple(leaves + (flatten(ys2)[0] if has_outputs else []))
 
     vjp, out = _make_vjp(F, tuple(z_args[a] for a in wrt))
     n_float = sum(mask)
@@ -177,9 +195,9 @@ def tangent_vjp(call: Call, z_args: tuple, tangents: dict, wrt: list, gdot: dict
         gd_items[i] = v
     cot = [gd_items[i] if gd_items[i] is not None else vspace(out[i]).zeros()
            for i in range(n_float)] + [g_items[i] for i in range(n_float)]
-    if with_outputs:
-        g_ys = g_items[n_float]
-        gd_ys = gd_items[n_float] if gd_items[n_float] is not None else vspace(g_ys).zeros()
+    for i in range(n_float, len(g_items)):       # per-step output leaves, if any
+        g_ys = g_items[i]
+        gd_ys = gd_items[i] if gd_items[i] is not None else vspace(g_ys).zeros()
         cot.append(anp.stack([gd_ys, g_ys], axis=1))   # (T, 2, ...), matching f~'s outputs
     return dict(zip(wrt, vjp(tuple(cot))))
 

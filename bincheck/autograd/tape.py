@@ -95,9 +95,9 @@ class Segment:
                 f"{len(self.output_leaves)} leaves but its adjoint {len(adjoint)}: refusing to "
                 f"drop a cotangent")
         nodes, cots = [], []
-        for t, node in self.y_nodes:
+        for t, k, node in self.y_nodes:
             nodes.append(node)
-            cots.append(g_ys[t])
+            cots.append(g_ys[k][t])
         for leaf, a in zip(self.output_leaves, adjoint):
             if a is not None and isbox(leaf) and leaf._trace == self.trace:
                 nodes.append(leaf._node)
@@ -142,18 +142,25 @@ def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_box: list,
             xs = [leaf[t] for leaf in x_leaves]
             for k in x_box:
                 xs[k] = box(xs[k], ("x", (t, k)))
-            out = call_fn(fn, (params, st, unflatten(stepper.x_def, xs)), t, stepper.label)
+            x = unflatten(stepper.x_def, xs)
+            out = call_fn(fn, (params, st, x), t, stepper.label)
+            y = None
             if stepper.with_outputs:
                 st, y = out
-                if stepper.ys is not None:
-                    stepper.ys.add(t, getval(y))
-                if isbox(y) and y._trace == trace:
-                    seg.y_nodes.append((t, y._node))
             else:
                 st = out
             # Container boxes (autograd.builtins containers under the tape) become plain
             # containers of element boxes, so the next step and the adjoint see array leaves.
             st = conform(expand_boxes(st), s_def)
+            if stepper.output_fn is not None:
+                y = call_fn(stepper.output_fn, (params, st, x), t, "output_fn")
+            if y is not None:
+                y = expand_boxes(y)
+                if stepper.ys is not None:      # records the forward's, or compares (verify)
+                    stepper.ys.add(t, y)
+                for k, leaf in enumerate(flatten(y)[0]):
+                    if isbox(leaf) and leaf._trace == trace:
+                        seg.y_nodes.append((t, k, leaf._node))
         out_leaves, out_def = flatten(st)
         if out_def != s_def:
             raise InternalError(
