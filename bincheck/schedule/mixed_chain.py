@@ -32,12 +32,14 @@ it the formula is false (``L = [1, 6, 7]``, ``n = 14``: formula 13, optimum 10).
 Measured, not needed by the proof: it agrees with the reference DP on every cell of every grid in
 ``tests/test_mixed.py`` and the smallest optimal advance is the one :meth:`ChainTable.split` returns.
 
-**Below the chain region** (``n > P(0..s)``: fewer than about ``sqrt(2 n T / S)`` slots) a schedule
-needs steps recomputed at least twice, the closed form does not apply (R is not convex there and no
-formula of Revolve's kind holds), and the table runs the exact DP over those cells only, rows built
-on first use. This costs O(n^2) per row at C speed, like the reference: about 0.3 s for 1000 steps
-and 21 slots. A plan whose whole problem lies in the chain region (every budget from about 1 % of
-``n * T`` up, at n = 10^4) never builds a row: O(slots) memory, O(log slots) per query.
+**Below the chain region** (``n > P(0..s)``: fewer than about ``sqrt(2 n T / S)`` slots) some steps
+must be recomputed twice or more, and the closed form does not apply (R is not convex there, and no
+formula of Revolve's kind holds). Rows whose ``L[s]`` is 1 are Revolve's (rows ``0..s`` then see
+only unit leaves), so ``R = t(n, s)`` from :mod:`~bincheck.schedule.binomial`, proven; in particular
+a tape that never fits costs nothing to plan. Other cells run the exact DP, rows built on first use
+upwards from the highest Revolve row: O(n^2) per row at C speed, like the reference (about 0.6 s
+for 1000 steps and 21 slots). A plan whose whole problem lies in the chain region (every budget from
+about 1 % of ``n * T`` up at n = 10^4) never builds a row: O(slots) memory, O(log slots) per query.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from itertools import accumulate
 from operator import add
+
+from .binomial import optimal_plain_steps, split as revolve_split
 
 INF = float("inf")
 
@@ -67,7 +71,7 @@ class ChainTable:
         self.seq_len, self.leaves = seq_len, leaves
         self.prefix = [0, *accumulate(leaves)]          # prefix[k] = L[0] + ... + L[k-1]
         self.chain = chain_formula_holds(leaves)
-        self._rows: list[list[float]] = []              # exact DP rows 0, 1, ... once built
+        self._rows: dict[int, list[float]] = {}         # exact DP rows, once built
 
     def region(self, s: int) -> int:
         """The largest ``n`` for which row ``s`` needs no DP: ``P(0..s)`` (or ``L[s]``)."""
@@ -83,6 +87,10 @@ class ChainTable:
             return 0
         if n <= self.region(s):
             return n - self.leaves[self._last_leaf(n, s)]
+        if s == 0:
+            return INF
+        if self.leaves[s] == 1:                         # rows 0..s are Revolve's: t(n, s)
+            return optimal_plain_steps(n, s)
         return self._row(s)[n]
 
     def split(self, n: int, s: int) -> int:
@@ -95,6 +103,8 @@ class ChainTable:
             # smallest lets the right part run down the whole plateau of L values equal to L[k].
             low = bisect_left(L, L[self._last_leaf(n, s)])
             return max(1, n - (self.prefix[s] - self.prefix[low]))
+        if L[s] == 1:
+            return n - 1 if s == 1 else revolve_split(n, s)
         row, prev = self._row(s), self._row(s - 1)
         target = row[n]
         for j in range(1, n):
@@ -103,26 +113,31 @@ class ChainTable:
         raise AssertionError("no split attains the table's optimum")   # pragma: no cover
 
     def _row(self, s: int) -> list[float]:
-        """Row ``s`` of the exact DP (all ``n <= seq_len``), building rows up to ``s`` if needed.
+        """Row ``s`` of the exact DP (every ``n <= seq_len``), built on first use.
 
-        Rows are built in order because row ``s`` reads row ``s-1``; those below the first row
-        that the closed form covers entirely are the only ones ever built (if row ``s-1`` needs no
+        Row ``s`` reads row ``s-1``, so rows are built upwards from the highest one that needs no
+        DP below it: row 0, or a Revolve row (``L[s] == 1``, filled from the closed form). Only
+        rows that some cell outside the chain region reaches are built (if row ``s-1`` needs no
         DP up to ``seq_len``, neither does row ``s``).
         """
-        N, L = self.seq_len, self.leaves
-        while len(self._rows) <= s:
-            t = len(self._rows)
-            if t == 0:
-                row = [0 if n <= L[0] else INF for n in range(N + 1)]
-            else:
-                prev, cap = self._rows[t - 1], self.region(t)
-                row = [0] * (N + 1)
-                shifted = [INF] * (N + 1)          # shifted[j] = j + R(j, t)
-                for n in range(1, N + 1):
-                    if n <= cap:
-                        row[n] = self.cost(n, t)
-                    else:
-                        row[n] = min(map(add, shifted[1:n], prev[n - 1:0:-1]))
-                    shifted[n] = n + row[n]
-            self._rows.append(row)
-        return self._rows[s]
+        N, L, rows = self.seq_len, self.leaves, self._rows
+        base = s
+        while base > 0 and base not in rows and L[base] > 1:
+            base -= 1
+        for t in range(base, s + 1):
+            if t in rows:
+                continue
+            if t == 0 or L[t] == 1:
+                rows[t] = [self.cost(n, t) for n in range(N + 1)]
+                continue
+            prev, cap = rows[t - 1], self.region(t)
+            row = [0] * (N + 1)
+            shifted = [INF] * (N + 1)              # shifted[j] = j + R(j, t)
+            for n in range(1, N + 1):
+                if n <= cap:
+                    row[n] = self.cost(n, t)
+                else:
+                    row[n] = min(map(add, shifted[1:n], prev[n - 1:0:-1]))
+                shifted[n] = n + row[n]
+            rows[t] = row
+        return rows[s]
