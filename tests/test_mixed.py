@@ -86,11 +86,32 @@ def test_chain_table_equals_reference_on_every_cell(N, S, T, memory):
     leaves = leaf_lengths(memory, S, T)
     assert chain_formula_holds(leaves)
     ref, fast = ReferenceTable(N, leaves), ChainTable(N, leaves)
+    R = ref.rows
     for s in range(len(leaves)):
         for n in range(1, N + 1):
             assert fast.cost(n, s) == ref.cost(n, s), (n, s)
-            if s >= 1 and ref.cost(n, s) < INF:
-                assert fast.split(n, s) == ref.split(n, s), (n, s)
+            if s == 0 or R[s][n] == INF:
+                continue
+            j = fast.split(n, s)
+            if n <= fast.region(s):                    # the chain region: the reference's split
+                assert j == ref.split(n, s), (n, s)
+            elif j:                                     # elsewhere: an optimal one
+                assert 1 <= j < n and j + R[s][j] + R[s - 1][n - j] == R[s][n], (n, s)
+            else:
+                assert n <= leaves[s]
+
+
+def test_grids_reach_every_part_of_the_table():
+    parts = set()
+    for N, S, T, memory in GRIDS:
+        leaves = leaf_lengths(memory, S, T)
+        table = ChainTable(N, leaves)
+        for s in range(1, len(leaves)):
+            for n in range(leaves[s] + 1, N + 1):
+                parts.add("chain" if n <= table.region(s) else "second band"
+                          if table.in_second_band(n, s) else "revolve" if leaves[s] == 1
+                          else "dp")
+    assert parts == {"chain", "second band", "revolve", "dp"}
 
 
 def test_chain_formula_on_any_leaves_meeting_its_hypothesis():
@@ -108,12 +129,32 @@ def test_chain_formula_on_any_leaves_meeting_its_hypothesis():
                     assert fast.cost(n, s) == ref.cost(n, s), (leaves, n, s)
 
 
+def test_chain_table_is_exact_for_any_nondecreasing_leaves():
+    """Second band, Revolve rows and DP hold for any nondecreasing L, the hypothesis or not."""
+    rng = random.Random(11)
+    for _ in range(120):
+        leaves = [rng.randint(1, 4)]
+        for _ in range(rng.randint(1, 7)):
+            leaves.append(leaves[-1] + rng.choice([0, 0, 1, 2, 5, 9]))
+        n_max = rng.randint(5, 90)
+        ref, fast = ReferenceTable(n_max, leaves), ChainTable(n_max, leaves)
+        R = ref.rows
+        for s in range(len(leaves)):
+            for n in range(1, n_max + 1):
+                assert fast.cost(n, s) == R[s][n], (leaves, n, s)
+                if s and leaves[s] < n and R[s][n] < INF:
+                    j = fast.split(n, s)
+                    assert 1 <= j < n and j + R[s][j] + R[s - 1][n - j] == R[s][n]
+
+
 def test_without_the_hypothesis_the_formula_fails_and_the_table_stays_exact():
     leaves = [1, 6, 7]
     assert not chain_formula_holds(leaves)
     ref, fast = ReferenceTable(16, leaves), ChainTable(16, leaves)
     assert ref.cost(14, 2) == 10 and 14 - leaves[0] == 13        # the formula would say 13
     assert all(fast.cost(n, s) == ref.cost(n, s) for s in range(3) for n in range(1, 17))
+    with pytest.raises(ValueError, match="nondecreasing"):
+        ChainTable(5, [2, 1])
 
 
 def multistage_plain(n, s):
@@ -201,6 +242,11 @@ def test_planning_realistic_sizes_is_fast_and_exact_where_checkable():
     start = time.perf_counter()
     p = MixedPlan(10 ** 5, int(0.01 * 10 ** 5 * T), S, T)
     assert p.plain_steps == simulate(p).plain_steps
+    assert time.perf_counter() - start < 20
+    # Below the chain region, in the second band: still closed form, still valid and optimal-sized.
+    start = time.perf_counter()
+    p = check_plan(n, int(0.008 * n * T), S, T)
+    assert n > p.table.region(p.slots) and p.table.in_second_band(n, p.slots)
     assert time.perf_counter() - start < 20
     # One case well below the chain region, at a realistic size, against the reference.
     leaves = leaf_lengths(int(0.01 * 1000 * T), S, T)

@@ -25,10 +25,11 @@ With ``tape_bytes`` out of reach, ``L = 1`` and R is Revolve's ``t(n, s)``.
 
 Solving it. :class:`ReferenceTable` is the exact DP, O(seq_len^2 * slots) time: the reference the
 tests hold everything else to. :class:`~bincheck.schedule.mixed_chain.ChainTable`, which
-:class:`MixedPlan` uses, is exact too: a closed form, proven, wherever the budget holds all of the
-sequence at one plain recomputation per step (``n <= L[0] + ... + L[s]``; from about 1 % of
-``n * T`` at n = 10^4), and the same DP restricted to the cells below that region otherwise (see
-its module for the proof, what is measured, and the costs).
+:class:`MixedPlan` uses, is exact too: proven closed forms wherever the budget lets every step be
+recomputed at most once or, a little below, at most twice along plateaus of ``L`` (at n = 10^4,
+every budget from about 0.75 % of ``n * T`` for the RNN cell of the benchmark; O(log slots) per
+query, O(slots) memory), and the same DP, restricted to the remaining cells, below that. Its module
+states the proofs, what is only measured, and the costs.
 """
 
 from __future__ import annotations
