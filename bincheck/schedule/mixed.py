@@ -120,7 +120,12 @@ def mixed_actions(seq_len: int, slots: int,
 
 class MixedPlan:
     """The optimal mixed schedule for ``seq_len`` steps within ``memory`` bytes of snapshots and
-    kept tapes. Same interface as :class:`~bincheck.schedule.binomial.Plan`."""
+    kept tapes. Same interface as :class:`~bincheck.schedule.binomial.Plan`.
+
+    Planning takes O(slots) time and memory whenever :class:`ChainTable`'s closed forms cover the
+    problem (at 10^4 steps, budgets from about 0.75 % of ``seq_len * tape_bytes`` for a tape 2.2
+    states big); below that it runs the exact DP, O(seq_len^2) per slot.
+    """
 
     def __init__(self, seq_len: int, memory: int, state_bytes: int, tape_bytes: int) -> None:
         self.seq_len = check_positive_int("seq_len", seq_len)

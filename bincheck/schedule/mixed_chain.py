@@ -174,8 +174,7 @@ class ChainTable:
 
         Row ``s`` reads row ``s-1``, so rows are built upwards from the highest one that needs no
         DP below it (row 0, or a Revolve row: ``L[s] == 1``). Cells with a closed form are filled
-        from it; only the others scan their splits. If row ``s-1`` needs no DP up to ``seq_len``,
-        neither does row ``s``, so only rows that some cell needing the DP reaches are ever built.
+        from it; only the others scan their splits. Nothing is built until such a cell is asked for.
         """
         N, L, rows = self.seq_len, self.leaves, self._rows
         base = s
