@@ -22,6 +22,14 @@ where ``s`` counts the state slots available to the subproblem (its own start in
 ``L(s) = 1 + (s * state_bytes + rem) // tape_bytes`` is the longest segment that fits when the
 subproblem's ``s`` slots are freed for its tape (``rem`` the budget's bytes beyond whole slots).
 With ``tape_bytes`` out of reach, ``L = 1`` and R is Revolve's ``t(n, s)``.
+
+Solving it. :class:`ReferenceTable` is the exact DP, O(seq_len^2 * slots) time: the reference the
+tests hold everything else to. :class:`~bincheck.schedule.mixed_chain.ChainTable`, which
+:class:`MixedPlan` uses, is exact too: proven closed forms wherever the budget lets every step be
+recomputed at most once or, a little below, at most twice along plateaus of ``L`` (at n = 10^4,
+every budget from about 0.75 % of ``n * T`` for the RNN cell of the benchmark; O(log slots) per
+query, O(slots) memory), and the same DP, restricted to the remaining cells, below that. Its module
+states the proofs, what is only measured, and the costs.
 """
 
 from __future__ import annotations
@@ -30,9 +38,8 @@ from collections.abc import Iterator
 from operator import add
 
 from .actions import Action, Advance, Free, Restore, Reverse, Snapshot
+from .mixed_chain import INF, ChainTable
 from .validate import check_positive_int
-
-INF = float("inf")
 
 
 def leaf_lengths(memory: int, state_bytes: int, tape_bytes: int) -> list[int]:
@@ -42,35 +49,40 @@ def leaf_lengths(memory: int, state_bytes: int, tape_bytes: int) -> list[int]:
     return [1 + (s * state_bytes + rem) // tape_bytes for s in range(slots + 1)]
 
 
-class MixedTable:
+class ReferenceTable:
     """R(n, s) for every ``n <= seq_len`` and ``s <= len(L) - 1``, with an optimal split.
 
-    The exact dynamic program, O(seq_len^2 * slots) time; the inner minimum runs at C speed
-    (``min(map(add, ...))``), about 2 s for 1000 steps and 90 slots.
+    The exact dynamic program, O(seq_len^2 * slots) time and O(seq_len * slots) memory; the inner
+    minimum runs at C speed (``min(map(add, ...))``), about 2 s for 1000 steps and 90 slots. The
+    reference for :class:`~bincheck.schedule.mixed_chain.ChainTable` (same interface).
     """
 
     def __init__(self, seq_len: int, leaves: list[int]) -> None:
         self.seq_len, self.leaves = seq_len, leaves
         N = seq_len
-        self.cost: list[list[float]] = []
+        self.rows: list[list[float]] = []
         for s, leaf in enumerate(leaves):
             row = [INF] * (N + 1)
             row[0] = 0
             shifted = [INF] * (N + 1)          # shifted[j] = j + R(j, s)
-            prev = self.cost[s - 1] if s >= 1 else None
+            prev = self.rows[s - 1] if s >= 1 else None
             for n in range(1, N + 1):
                 if n <= leaf:
                     row[n] = 0
                 elif prev is not None:
                     row[n] = min(map(add, shifted[1:n], prev[n - 1:0:-1]))
                 shifted[n] = n + row[n]
-            self.cost.append(row)
+            self.rows.append(row)
+
+    def cost(self, n: int, s: int) -> float:
+        """R(n, s): the fewest plain step evaluations (``inf`` if none fits)."""
+        return self.rows[s][n]
 
     def split(self, n: int, s: int) -> int:
         """0 if the segment is taped whole; else the smallest optimal advance ``j``."""
         if n <= self.leaves[s]:
             return 0
-        row, prev = self.cost[s], self.cost[s - 1]
+        row, prev = self.rows[s], self.rows[s - 1]
         target = row[n]
         for j in range(1, n):
             if j + row[j] + prev[n - j] == target:
@@ -78,7 +90,8 @@ class MixedTable:
         raise AssertionError("no split attains the table's optimum")   # pragma: no cover
 
 
-def mixed_actions(seq_len: int, slots: int, table: MixedTable) -> Iterator[Action]:
+def mixed_actions(seq_len: int, slots: int,
+                  table: ChainTable | ReferenceTable) -> Iterator[Action]:
     """The optimal schedule: store, advance and recurse; tape leaf segments whole.
 
     A subproblem entered with its start stored owns that snapshot and frees it *before* taping a
@@ -107,7 +120,12 @@ def mixed_actions(seq_len: int, slots: int, table: MixedTable) -> Iterator[Actio
 
 class MixedPlan:
     """The optimal mixed schedule for ``seq_len`` steps within ``memory`` bytes of snapshots and
-    kept tapes. Same interface as :class:`~bincheck.schedule.binomial.Plan`."""
+    kept tapes. Same interface as :class:`~bincheck.schedule.binomial.Plan`.
+
+    Planning takes O(slots) time and memory whenever :class:`ChainTable`'s closed forms cover the
+    problem (at 10^4 steps, budgets from about 0.75 % of ``seq_len * tape_bytes`` for a tape 2.2
+    states big); below that it runs the exact DP, O(seq_len^2) per slot.
+    """
 
     def __init__(self, seq_len: int, memory: int, state_bytes: int, tape_bytes: int) -> None:
         self.seq_len = check_positive_int("seq_len", seq_len)
@@ -119,14 +137,14 @@ class MixedPlan:
                              f"({state_bytes} bytes); got {memory}")
         leaves = leaf_lengths(memory, state_bytes, tape_bytes)
         self.slots = len(leaves) - 1
-        self.table = MixedTable(seq_len, leaves)
+        self.table = ChainTable(seq_len, leaves)
 
     def __iter__(self) -> Iterator[Action]:
         return mixed_actions(self.seq_len, self.slots, self.table)
 
     @property
     def plain_steps(self) -> int:
-        return int(self.table.cost[self.slots][self.seq_len])
+        return int(self.table.cost(self.seq_len, self.slots))
 
     @property
     def taped_steps(self) -> int:
