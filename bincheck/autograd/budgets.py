@@ -38,24 +38,24 @@ class SizeCache:
         self._lock = threading.Lock()
 
     def sizes(self, loop: Any, stepper: PlainStepper, state: Any, p_box: list,
-              x_box: list) -> Sizes:
-        key = signature(stepper, state, p_box, x_box)
+              x_box: list, disk: Any = None) -> Sizes:
+        key = signature(stepper, state, p_box, x_box) + (disk is not None,)
         sizes = self._sizes.get(key)
         if sizes is None:
             probe_stepper = PlainStepper(loop.fn, loop.with_outputs, stepper.params, state,
                                          stepper.x_leaves, stepper.x_def, LoopStats(),
                                          Outputs(1) if loop.has_outputs else None,
                                          stepper.label, loop.output_fn)
-            sizes = probe(probe_stepper, state, p_box, x_box)
+            sizes = probe(probe_stepper, state, p_box, x_box, disk)
             with self._lock:
                 sizes = self._sizes.setdefault(key, sizes)
         return sizes
 
-    def plan(self, seq_len: int, memory: int, sizes: Sizes) -> BudgetPlan:
-        key = (seq_len, memory, sizes)
+    def plan(self, seq_len: int, memory: int, sizes: Sizes, disk: bool = False) -> BudgetPlan:
+        key = (seq_len, memory, sizes, disk)
         plan = self._plans.get(key)
         if plan is None:
-            plan = BudgetPlan(seq_len, memory, sizes)
+            plan = BudgetPlan(seq_len, memory, sizes, disk)
             with self._lock:
                 plan = self._plans.setdefault(key, plan)
         return plan

@@ -15,6 +15,7 @@ its derivative is another loop (:meth:`_LoopBase.derivative_loop`), which is how
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from dataclasses import replace
 from typing import Any, Callable
@@ -22,8 +23,10 @@ from typing import Any, Callable
 import numpy as np
 from autograd.tracer import isbox
 
+from ..runtime.disk import DiskStore
 from ..runtime.executor import Executor
 from ..runtime.stats import LoopStats
+from ..runtime.store import MemoryStore
 from ..schedule.actions import Reverse
 from ..schedule.binomial import Plan
 from ..schedule.budget import BudgetPlan, MemoryBudget, Sizes, memory_for, parse_bytes
@@ -158,7 +161,8 @@ class CheckpointedLoop(_LoopBase):
         would use: predicted evaluations, peak bytes and time relative to store-all."""
         sizes = self.measure(params, init_state, inputs)
         if self.budget is not None:
-            plan = self.budget.plan(self.seq_len, self.schedule.memory, sizes)
+            plan = self.budget.plan(self.seq_len, self.schedule.memory, sizes,
+                                    self.schedule.disk is not None)
             self.last_plan = plan
             return plan
         states = min(self.schedule.peak_slots, self.seq_len)
@@ -179,7 +183,11 @@ class CheckpointedLoop(_LoopBase):
         stepper = self._stepper(params, init_state, x_leaves, x_def, LoopStats(), None)
         cache = self.budget or SizeCache()
         return cache.sizes(self, stepper, freeze(init_state),
-                           list(range(len(flatten(params)[0]))), [])
+                           list(range(len(flatten(params)[0]))), [], self._disk)
+
+    @property
+    def _disk(self) -> Any:
+        return getattr(self.schedule, "disk", None)
 
     def __call__(self, params: Any, init_state: Any, inputs: Any = None) -> Any:
         self._check_inputs(inputs)
@@ -220,8 +228,9 @@ class CheckpointedLoop(_LoopBase):
         if self.budget is None:
             return self.schedule
         sizes = self.budget.sizes(self, stepper, state0, call.boxed_leaves(0),
-                                  call.boxed_leaves(2))
-        plan = self.budget.plan(self.seq_len, self.schedule.memory, sizes)
+                                  call.boxed_leaves(2), self._disk)
+        plan = self.budget.plan(self.seq_len, self.schedule.memory, sizes,
+                                self._disk is not None)
         self.last_plan = plan
         return plan
 
@@ -240,7 +249,18 @@ class CheckpointedLoop(_LoopBase):
             final = stepper.advance(state0, 0, self.seq_len)
             call.pending = Pending(None, None, stepper, stats)
             return (final, ys.value) if self.has_outputs else final
-        executor = Executor(self.seq_len, state0)
+        store = MemoryStore(DiskStore(None if self._disk is True else self._disk)
+                            if self._disk is not None else None)
+        try:
+            return self._first_sweep(call, schedule, stepper, state0, store, stats, ys)
+        except BaseException:
+            if store.disk is not None:
+                store.disk.close()          # the call's files go with the failed forward
+            raise
+
+    def _first_sweep(self, call: Call, schedule: Any, stepper: PlainStepper, state0: Any,
+                     store: MemoryStore, stats: LoopStats, ys: Outputs | None) -> Any:
+        executor = Executor(self.seq_len, state0, store)
         actions = iter(schedule)
         first = executor.run(actions, stepper, until=Reverse)
         if first is None:
@@ -274,9 +294,22 @@ def _one_of(num_ckpts: Any, memory: Any) -> int | None:
     return None if memory is None else parse_bytes(memory)
 
 
+def check_disk(disk: Any, memory: Any) -> Any:
+    """None (RAM only), True (a temporary directory) or a directory path; needs ``memory``."""
+    if disk is None or disk is False:
+        return None
+    if disk is not True and not isinstance(disk, (str, os.PathLike)):
+        raise TypeError(f"disk must be None, True (a private temporary directory) or a "
+                        f"directory path; got {short_repr(disk)} of type {type(disk).__name__}")
+    if memory is None:
+        raise TypeError("disk=... needs memory=... (the RAM budget; states beyond it go to "
+                        "disk)")
+    return disk if disk is True else os.fspath(disk)
+
+
 def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None,
                         with_outputs: bool = False, verify: bool = False, *,
-                        memory: int | str | None = None,
+                        memory: int | str | None = None, disk: bool | str | None = None,
                         output_fn: Callable | None = None) -> CheckpointedLoop:
     """Wrap ``fn(params, state, x) -> new_state`` into a loop differentiable with binomial checkpoints.
 
@@ -313,7 +346,8 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     """
     check_callable("fn", fn, "fn(params, state, x) -> new_state")
     memory = _one_of(num_ckpts, memory)
+    disk = check_disk(disk, memory)
     if memory is not None:
-        return CheckpointedLoop(fn, MemoryBudget(check_positive_int("seq_len", seq_len), memory),
-                                with_outputs, verify, output_fn)
+        return CheckpointedLoop(fn, MemoryBudget(check_positive_int("seq_len", seq_len), memory,
+                                                 disk), with_outputs, verify, output_fn)
     return CheckpointedLoop(fn, Plan(seq_len, num_ckpts), with_outputs, verify, output_fn)

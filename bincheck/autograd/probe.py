@@ -8,6 +8,8 @@ real data, without ``tracemalloc`` (which a user may be running; its peak cannot
   nodes' VJP closures, arrays owned by the caller (params, inputs) excluded — plus its input
   state, which a kept tape holds too, plus ``NODE_BYTES`` of Python objects per node;
 * ``state_bytes``: the state's array bytes after step 0, plus the Python objects of a snapshot;
+* with a disk tier, ``write_seconds`` / ``read_seconds``: writing the state after step 0 to a
+  store in the loop's disk directory and reading it back (the faster of two tries);
 * ``work_bytes``: the working set of a reverse step: one step's tape, the most cotangent bytes
   alive at once during its backward (counted as the backward runs), ``WORK_STATES`` states, and
   ``INTERPRETER_BYTES`` for CPython's free lists.
@@ -27,8 +29,10 @@ import numpy as np
 from autograd.core import add_outgrads, vspace
 from autograd.util import toposort
 
+from ..runtime.disk import DiskStore
 from ..schedule.budget import Sizes
 from ..tree import flatten
+from .boundary import differentiable
 from .steps import PlainStepper
 from .tape import tape_segment
 
@@ -127,7 +131,25 @@ def _nbytes(g: Any) -> int:
     return sum(_nbytes(v) for v in g) if isinstance(g, (tuple, list)) else 8
 
 
-def probe(stepper: PlainStepper, state0: Any, p_box: list, x_box: list) -> Sizes:
+def _disk_seconds(state: Any, base: Any) -> tuple[float, float]:
+    """Seconds to write ``state`` to a disk store under ``base`` and to read it back."""
+    store = DiskStore(None if base is True else base)
+    try:
+        writes, reads = [], []
+        for i in range(2):
+            t0 = time.perf_counter()
+            store.put(i, state)
+            t1 = time.perf_counter()
+            store.get(i)
+            writes.append(t1 - t0)
+            reads.append(time.perf_counter() - t1)
+        return min(writes), min(reads)
+    finally:
+        store.close()
+
+
+def probe(stepper: PlainStepper, state0: Any, p_box: list, x_box: list,
+          disk: Any = None) -> Sizes:
     """Sizes and times of one step, from step 0 of ``stepper``'s loop (four evaluations of fn).
 
     ``stepper`` must be the probe's own (its outputs buffer, if any, has length 1)."""
@@ -141,7 +163,7 @@ def probe(stepper: PlainStepper, state0: Any, p_box: list, x_box: list) -> Sizes
         t2 = time.perf_counter()
         plain_times.append(t1 - t0)
         taped_times.append(t2 - t1)
-    adjoint = [vspace(v).ones() for v in flatten(state1)[0]]
+    adjoint = [vspace(v).ones() if differentiable(v) else None for v in flatten(state1)[0]]
     g_ys = [vspace(b).ones() for b in stepper.ys.bufs] if seg.y_nodes else None
     ends, cots = seg.ends(adjoint, g_ys)
     owned = {id(_base(v)) for v in p_leaves + stepper.x_leaves + flatten(state0)[0]
@@ -155,8 +177,9 @@ def probe(stepper: PlainStepper, state0: Any, p_box: list, x_box: list) -> Sizes
     backward_peak = _backward_peak(ends, cots)
     t4 = time.perf_counter()
     work = tape_bytes + backward_peak + WORK_STATES * state_bytes + INTERPRETER_BYTES
+    write_s, read_s = _disk_seconds(state1, disk) if disk not in (None, False) else (None, None)
     return Sizes(state_bytes, tape_bytes, work, max(min(plain_times), 1e-9),
-                 max(min(taped_times) + (t4 - t3), 1e-9))
+                 max(min(taped_times) + (t4 - t3), 1e-9), write_s, read_s)
 
 
 class _SinkView:

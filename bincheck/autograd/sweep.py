@@ -123,12 +123,19 @@ def reverse_sweep(call: Call, argnums: tuple, args: tuple, g: tuple) -> tuple:
     """The reverse sweep on plain values: cotangents of ``argnums`` for output cotangent ``g``."""
     t0 = time.perf_counter()
     pending = call.take_pending(args)
-    verifier = Verifier(call.n, call.out_leaves) if call.loop.verify else None
-    sweep = Sweep(call, pending, argnums, g, verifier)
     executor = pending.executor
-    if executor.run(pending.actions, sweep, (verifier,) if verifier else ()) is not None:
-        raise InternalError("the reverse sweep stopped early")        # pragma: no cover
-    executor.tracker.finish()
+    disk = executor.store.disk
+    try:
+        verifier = Verifier(call.n, call.out_leaves) if call.loop.verify else None
+        sweep = Sweep(call, pending, argnums, g, verifier)
+        if executor.run(pending.actions, sweep, (verifier,) if verifier else ()) is not None:
+            raise InternalError("the reverse sweep stopped early")        # pragma: no cover
+        executor.tracker.finish()
+    finally:
+        if disk is not None:             # success or not, the call's files go now
+            pending.stats.disk_bytes_written = disk.bytes_written
+            pending.stats.disk_bytes_read = disk.bytes_read
+            disk.close()
     stats = pending.stats
     stats.peak_snapshots = executor.tracker.peak_slots
     sizes = getattr(call.schedule, "sizes", None)

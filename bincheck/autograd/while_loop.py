@@ -13,17 +13,19 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..runtime.disk import DiskStore
 from ..runtime.executor import Executor
 from ..runtime.stats import LoopStats
+from ..runtime.store import MemoryStore
 from ..schedule.binomial import Plan
 from ..schedule.budget import BudgetPlan
-from ..schedule.online import OnlinePlanner
+from ..schedule.online import DiskOnlinePlanner, OnlinePlanner, disk_period
 from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable, check_int,
                                  check_positive_int, short_repr)
 from ..tree import flatten, unflatten
 from .boundary import Call, Pending
 from .budgets import SizeCache
-from .loops import _LoopBase, _one_of
+from .loops import _LoopBase, _one_of, check_disk
 from .steps import WhileStepper, call_fn, freeze
 
 
@@ -32,10 +34,12 @@ class WhileLoop(_LoopBase):
 
     def __init__(self, cond_fn: Callable, body_fn: Callable, num_ckpts: int | None = None,
                  max_steps: int | None = None, planner: Callable | None = None,
-                 verify: bool = False, *, memory: int | str | None = None) -> None:
+                 verify: bool = False, *, memory: int | str | None = None,
+                 disk: bool | str | None = None) -> None:
         check_callable("cond_fn", cond_fn, "cond_fn(params, state) -> bool")
         check_callable("body_fn", body_fn, "body_fn(params, state) -> new_state")
         memory = _one_of(num_ckpts, memory)
+        disk = check_disk(disk, memory)
         if memory is not None and planner is not None:
             raise TypeError("planner and memory cannot be combined: with memory=... the loop "
                             "places the states that fit the budget with its online planner")
@@ -49,7 +53,8 @@ class WhileLoop(_LoopBase):
                             f"got {short_repr(planner)}")
         self.cond_fn, self.body_fn = cond_fn, body_fn
         self.fn = lambda params, state, x: body_fn(params, state)
-        self.num_ckpts, self.max_steps, self.memory = num_ckpts, max_steps, memory
+        self.num_ckpts, self.max_steps, self.memory, self.disk = num_ckpts, max_steps, memory, \
+            disk
         self.with_outputs, self.verify = False, verify
         self.budget = SizeCache() if memory is not None else None
         # A factory of online planners (see bincheck.schedule.online); the default places
@@ -68,16 +73,23 @@ class WhileLoop(_LoopBase):
     def derivative_schedule(self, call: Call) -> Any:
         return Plan(call.n, call.schedule)
 
-    def _slots_for(self, call: Call, stepper: WhileStepper, state0: Any) -> int:
-        """States the online planner may hold: num_ckpts, or what fits the memory budget."""
+    def _planner_for(self, call: Call, stepper: WhileStepper, state0: Any) -> Any:
+        """This call's online planner: num_ckpts states, or what fits the memory budget (with a
+        disk tier: periodic disk checkpoints, the period from the measured costs)."""
         if self.budget is None:
-            return self.num_ckpts
+            call.schedule = self.num_ckpts
+            return self.make_planner(self.num_ckpts)
         if not self._keep_going(stepper.params, state0, 0):
-            return 1                            # no step: nothing to plan
-        sizes = self.budget.sizes(self, stepper, state0, call.boxed_leaves(0), [])
+            call.schedule = 1                   # no step: nothing to plan
+            return OnlinePlanner(1)
+        sizes = self.budget.sizes(self, stepper, state0, call.boxed_leaves(0), [], self.disk)
         if self.memory < sizes.minimum_memory:
             BudgetPlan(1, self.memory, sizes)   # raises the ValueError naming the minimum
-        return (self.memory - sizes.work_bytes) // sizes.state_bytes
+        call.schedule = cm = (self.memory - sizes.work_bytes) // sizes.state_bytes
+        if self.disk is None:
+            return OnlinePlanner(cm)
+        return DiskOnlinePlanner(cm, disk_period(cm, sizes.write_seconds / sizes.step_seconds,
+                                                 sizes.read_seconds / sizes.step_seconds))
 
     def __call__(self, params: Any, init_state: Any) -> Any:
         out = self._enter((params, init_state, None))
@@ -133,11 +145,17 @@ class WhileLoop(_LoopBase):
         state0 = freeze(unflatten(groups[1].tree_def, s_leaves))
         stats = LoopStats()
         stepper = self._stepper(params, state0, stats)
-        call.schedule = self._slots_for(call, stepper, state0)
-        executor = Executor(None, state0)
-        planner = self.make_planner(call.schedule)
-        final, n = self._drive(stepper, state0, executor, planner)
-        executor.tracker.end_forward(n)
+        planner = self._planner_for(call, stepper, state0)
+        store = MemoryStore(DiskStore(None if self.disk is True else self.disk)
+                            if self.disk is not None else None)
+        try:
+            executor = Executor(None, state0, store)
+            final, n = self._drive(stepper, state0, executor, planner)
+            executor.tracker.end_forward(n)
+        except BaseException:
+            if store.disk is not None:
+                store.disk.close()              # the call's files go with the failed forward
+            raise
         call.n = self.num_steps = n
         call.pending = Pending(executor, planner.reverse(n), stepper, stats)
         return final
@@ -145,7 +163,8 @@ class WhileLoop(_LoopBase):
 
 def checkpointed_while_loop(cond_fn: Callable, body_fn: Callable, num_ckpts: int | None = None,
                             max_steps: int | None = None, verify: bool = False, *,
-                            memory: int | str | None = None) -> WhileLoop:
+                            memory: int | str | None = None,
+                            disk: bool | str | None = None) -> WhileLoop:
     """A ``while cond_fn(params, state): state = body_fn(params, state)`` loop, differentiable with
     at most ``num_ckpts`` stored states (the initial one included) whatever its length.
 
@@ -156,4 +175,5 @@ def checkpointed_while_loop(cond_fn: Callable, body_fn: Callable, num_ckpts: int
     after ``max_steps`` steps raises RuntimeError. ``run.num_steps`` is the last call's length.
     ``verify=True`` and in-place updates: as for :func:`binomial_checkpoint`.
     """
-    return WhileLoop(cond_fn, body_fn, num_ckpts, max_steps, verify=verify, memory=memory)
+    return WhileLoop(cond_fn, body_fn, num_ckpts, max_steps, verify=verify, memory=memory,
+                     disk=disk)

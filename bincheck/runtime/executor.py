@@ -69,7 +69,7 @@ class Executor:
             live, self.live = self.live, None   # the tape consumes it; hold no extra reference
             stepper.reverse(live, action.start, action.stop)
         elif kind is Snapshot:
-            self.store.put(action.index, self.live)
+            self.store.put(action.index, self.live, action.storage)
         elif kind is Restore:
             self.live = self.store.get(action.index)
         elif kind is Free:

@@ -20,6 +20,8 @@ class LoopStats:
     library's own accounting of the most it held at once: the stored snapshots' array bytes
     (counted exactly) plus, for loops with a ``memory`` budget, the taped segment's steps at the
     measured tape size and the measured working set (see :mod:`bincheck.autograd.probe`).
+    ``disk_bytes_written`` / ``disk_bytes_read``: array bytes of snapshots written to and read
+    from disk (loops with ``disk=...``).
 
     Each call of a loop fills its own LoopStats; ``loop.stats`` is replaced by a call's object
     when that call's reverse sweep completes, so it always describes one whole call.
@@ -33,6 +35,8 @@ class LoopStats:
     backward_seconds: float = 0.0
     library_seconds: float = 0.0
     peak_bytes: int = 0
+    disk_bytes_written: int = 0
+    disk_bytes_read: int = 0
 
     @property
     def overhead_seconds(self) -> float:

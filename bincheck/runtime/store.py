@@ -15,7 +15,7 @@ from ..tree import flatten
 
 
 class Store(Protocol):
-    def put(self, index: int, state: Any) -> None: ...
+    def put(self, index: int, state: Any, storage: str = "ram") -> None: ...
     def get(self, index: int) -> Any: ...
     def pop(self, index: int) -> Any: ...
     def __contains__(self, index: object) -> bool: ...
@@ -27,30 +27,42 @@ def state_nbytes(state: Any) -> int:
 
 
 class MemoryStore:
-    """Snapshots kept in RAM, by reference; counts the array bytes they hold."""
+    """Snapshots kept in RAM by reference (counting the array bytes they hold), and on disk in a
+    :class:`~bincheck.runtime.disk.DiskStore` when the schedule says ``storage="disk"``."""
 
-    __slots__ = ("_states", "nbytes", "peak_nbytes")
+    __slots__ = ("_states", "nbytes", "peak_nbytes", "disk")
 
-    def __init__(self) -> None:
+    def __init__(self, disk: Any = None) -> None:
         self._states: dict[int, tuple[Any, int]] = {}
         self.nbytes = self.peak_nbytes = 0
+        self.disk = disk
 
-    def put(self, index: int, state: Any) -> None:
+    def put(self, index: int, state: Any, storage: str = "ram") -> None:
+        if storage == "disk":
+            if self.disk is None:
+                raise ValueError(f"the schedule stores state {index} on disk, but this loop "
+                                 f"has no disk (pass disk=True or disk='/some/dir')")
+            self.disk.put(index, state)
+            return
         size = state_nbytes(state)
         self._states[index] = (state, size)
         self.nbytes += size
         self.peak_nbytes = max(self.peak_nbytes, self.nbytes)
 
     def get(self, index: int) -> Any:
-        return self._states[index][0]
+        entry = self._states.get(index)
+        return self.disk.get(index) if entry is None else entry[0]
 
     def pop(self, index: int) -> Any:
-        state, size = self._states.pop(index)
-        self.nbytes -= size
-        return state
+        entry = self._states.pop(index, None)
+        if entry is None:
+            self.disk.pop(index)
+            return None
+        self.nbytes -= entry[1]
+        return entry[0]
 
     def __contains__(self, index: object) -> bool:
-        return index in self._states
+        return index in self._states or (self.disk is not None and index in self.disk)
 
     def __len__(self) -> int:
         return len(self._states)

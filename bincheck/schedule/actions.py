@@ -9,8 +9,9 @@ counting mock.
 Invariants a valid stream keeps (checked by :class:`bincheck.executor.Executor`):
 
 * ``Advance(start, stop)`` needs the live state at ``start`` and leaves it at ``stop``.
-* ``Snapshot(i)`` stores the live state, which must be state ``i``.
-* ``Restore(i)`` makes the stored state ``i`` live again; ``Free(i)`` forgets it.
+* ``Snapshot(i, storage)`` stores the live state, which must be state ``i``, in RAM or on disk.
+* ``Restore(i)`` makes the stored state ``i`` live again (a read, from disk); ``Free(i)`` forgets
+  it (deletes its file).
 * ``Reverse(start, stop)`` needs the live state at ``start`` and the adjoint at ``stop``; it tapes
   steps ``start..stop-1`` in one trace, pulls the adjoint back to ``start`` and consumes the live
   state (a ``Restore`` must follow before the next ``Advance``).
@@ -31,9 +32,15 @@ class Advance:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Keep a copy (reference) of the live state, which is state ``index``."""
+    """Keep the live state, which is state ``index``: a reference in RAM (``storage="ram"``) or
+    a copy written to disk (``storage="disk"``; restoring it reads the file back)."""
 
     index: int
+    storage: str = "ram"
+
+    def __repr__(self) -> str:
+        extra = "" if self.storage == "ram" else f", storage={self.storage!r}"
+        return f"Snapshot(index={self.index}{extra})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from .actions import Action
 from .binomial import Plan
+from .disk import DiskPlan
 from .mixed import MixedPlan, leaf_lengths
 from .validate import check_int, check_positive_int, short_repr
 
@@ -59,9 +60,11 @@ class MemoryBudget:
 
     seq_len: int
     memory: int
+    disk: bool | str | None = None      # None: RAM only; True: a temporary dir; a path
 
     def __str__(self) -> str:
-        return f"memory budget: {self.seq_len} steps within {format_bytes(self.memory)}"
+        where = "" if self.disk is None else ", more states on disk"
+        return f"memory budget: {self.seq_len} steps within {format_bytes(self.memory)}{where}"
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class Sizes:
     work_bytes: int = 0
     step_seconds: float | None = None
     taped_step_seconds: float | None = None
+    write_seconds: float | None = None     # writing one state to disk (with disk=...)
+    read_seconds: float | None = None      # reading it back
 
     @property
     def minimum_memory(self) -> int:
@@ -89,9 +94,9 @@ class BudgetPlan:
     ``relative_time`` is the predicted time against store-all (None without step timings).
     """
 
-    def __init__(self, seq_len: int, memory: int, sizes: Sizes) -> None:
+    def __init__(self, seq_len: int, memory: int, sizes: Sizes, disk: bool = False) -> None:
         self.seq_len = check_positive_int("seq_len", seq_len)
-        self.memory, self.sizes = memory, sizes
+        self.memory, self.sizes, self.disk = memory, sizes, disk
         if memory < sizes.minimum_memory:
             raise ValueError(
                 f"memory={memory} bytes is below the least this loop needs: one stored state "
@@ -99,6 +104,17 @@ class BudgetPlan:
                 f"backward ({sizes.work_bytes} bytes), {sizes.minimum_memory} bytes in all")
         store = memory - sizes.work_bytes
         slots = store // sizes.state_bytes
+        self.slots = slots
+        if disk:
+            # States only: RAM slots and unlimited disk, priced by measured write/read times.
+            if not (sizes.step_seconds and sizes.write_seconds is not None and
+                    sizes.read_seconds is not None):
+                raise ValueError("planning with disk needs step_seconds, write_seconds and "
+                                 "read_seconds (loop.preview measures them)")
+            self.schedule = DiskPlan(seq_len, slots, sizes.write_seconds / sizes.step_seconds,
+                                     sizes.read_seconds / sizes.step_seconds)
+            self.schedule_bytes = min(slots, seq_len) * sizes.state_bytes
+            return
         if sizes.tape_bytes is None or all(leaf == 1 for leaf in leaf_lengths(
                 store, sizes.state_bytes, sizes.tape_bytes)):
             self.schedule: Plan | MixedPlan = Plan(seq_len, slots)     # states only: Revolve
@@ -106,7 +122,6 @@ class BudgetPlan:
         else:
             self.schedule = MixedPlan(seq_len, store, sizes.state_bytes, sizes.tape_bytes)
             self.schedule_bytes = store
-        self.slots = slots
 
     def __iter__(self) -> Iterator[Action]:
         return iter(self.schedule)
@@ -133,7 +148,11 @@ class BudgetPlan:
         s = self.sizes
         if not s.step_seconds or not s.taped_step_seconds:
             return None
-        return 1.0 + self.plain_steps * s.step_seconds / (self.seq_len * s.taped_step_seconds)
+        extra = self.plain_steps * s.step_seconds
+        if isinstance(self.schedule, DiskPlan):
+            extra += self.schedule.disk_writes * s.write_seconds + \
+                self.schedule.disk_reads * s.read_seconds
+        return 1.0 + extra / (self.seq_len * s.taped_step_seconds)
 
     def __repr__(self) -> str:
         return f"BudgetPlan({self.seq_len}, memory={self.memory}, {self.sizes})"
@@ -141,6 +160,7 @@ class BudgetPlan:
     def __str__(self) -> str:
         l, s = self.seq_len, self.sizes
         kind = "mixed (states and taped segments)" if isinstance(self.schedule, MixedPlan) \
+            else "disk (states in RAM and on disk)" if isinstance(self.schedule, DiskPlan) \
             else "binomial (states only)"
         lines = [f"{kind} plan: {l} steps within {format_bytes(self.memory)}",
                  f"  state {format_bytes(s.state_bytes)}, step tape "
@@ -149,6 +169,9 @@ class BudgetPlan:
                  f"  states stored at most: {min(self.slots, l)}",
                  f"  plain evaluations : {self.plain_steps} ({self.plain_steps / l:.3g} per step)",
                  f"  taped evaluations : {l}",
+                 *([f"  disk              : {self.schedule.disk_writes} writes, "
+                    f"{self.schedule.disk_reads} reads of {format_bytes(s.state_bytes)}"]
+                   if isinstance(self.schedule, DiskPlan) else []),
                  f"  peak bytes        : {format_bytes(self.peak_bytes)} (at most)"]
         if self.relative_time is not None:
             lines.append(f"  predicted time    : {self.relative_time:.3g}x store-all")

@@ -180,3 +180,74 @@ class EveryKPlanner:
             yield Restore(lo)
             yield Reverse(lo, hi)
             yield Free(lo)
+
+
+def disk_period(cm: int, write_cost: float, read_cost: float, limit: int = 1 << 16) -> int:
+    """The period P minimising the reverse cost per step of periodic disk checkpoints,
+    ``(w + r + t(P, cm)) / P``: each completed period is written at its start, read back once
+    and reversed with ``cm`` RAM slots (its first sweep included)."""
+    best, best_cost = 1, float("inf")
+    for p in range(1, limit + 1):
+        cost = (write_cost + read_cost + _t(p, cm)) / p
+        if cost < best_cost:
+            best, best_cost = p, cost
+        elif p > 4 * best and cost > 1.5 * best_cost:   # t(P)/P grows: the minimum is behind
+            break
+    return best
+
+
+class DiskOnlinePlanner:
+    """Online placement with a disk tier, for loops of unknown length.
+
+    Every ``period`` steps the working state is written to disk and starts a new period; inside
+    the current period an :class:`OnlinePlanner` places up to ``cm`` RAM snapshots (its start is
+    the disk copy). When the loop stops: the current period is reversed from its RAM snapshots,
+    then each completed period, last first, is read back from disk into RAM and reversed with
+    Revolve's plan and ``cm`` slots. Periodic disk checkpointing is asymptotically optimal offline
+    and online (Aupy & Herrmann, "Periodicity in optimal hierarchical checkpointing schemes for
+    adjoint computations", Optim. Methods Softw. 32(3), 2017); :func:`disk_period` picks the
+    period from the measured write and read costs.
+    """
+
+    def __init__(self, cm: int, period: int) -> None:
+        self.cm = check_positive_int("cm", cm)
+        self.period = check_positive_int("period", period)
+        self.starts: list[int] = [0]             # disk checkpoints: each period's first state
+        self.inner = OnlinePlanner(cm + 1)       # its slot 0 is the period's disk copy
+
+    def _shift(self, actions: Iterator[Action]) -> Iterator[Action]:
+        b = self.starts[-1]
+        for a in actions:
+            kind = type(a)
+            if kind is Snapshot:
+                yield Snapshot(a.index + b, "disk" if a.index == 0 else "ram")
+            elif kind is Advance or kind is Reverse:
+                yield kind(a.start + b, a.stop + b)
+            else:
+                yield kind(a.index + b)
+
+    def start(self) -> Iterator[Action]:
+        return self._shift(self.inner.start())
+
+    def advance(self, n: int) -> Iterator[Action]:
+        b = self.starts[-1]
+        if n - 1 - b == self.period:            # the period is complete: a new one starts
+            for i in self.inner.snaps[1:]:
+                yield Free(i + b)               # its RAM snapshots; its start stays on disk
+            self.starts.append(n - 1)
+            self.inner = OnlinePlanner(self.cm + 1)
+            yield from self._shift(self.inner.start())
+        yield from self._shift(self.inner.advance(n - self.starts[-1]))
+
+    def predicted_reverse_steps(self, n: int) -> int:
+        return self.inner.predicted_reverse_steps(n - self.starts[-1]) + \
+            (len(self.starts) - 1) * _t(self.period, self.cm)
+
+    def reverse(self, n: int) -> Iterator[Action]:
+        yield from self._shift(self.inner.reverse(n - self.starts[-1]))
+        for b in reversed(self.starts[:-1]):
+            yield Restore(b)                    # read the period's start back from disk,
+            yield Free(b)                       # move it into a RAM slot,
+            yield Snapshot(b)
+            yield from binomial_actions(self.period, self.cm, offset=b, stored=True)
+            yield Free(b)

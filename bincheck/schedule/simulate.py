@@ -25,13 +25,14 @@ class Tracker:
     """Follows live state, stored states and adjoint position; raises ScheduleError on a bad action.
 
     Counts as it goes: ``plain_steps`` (steps inside ``Advance``), ``taped_steps`` (inside
-    ``Reverse``), ``peak_slots`` (most states stored at once). With ``record=True`` it also lists
-    the reversed steps in the order they were reversed.
+    ``Reverse``), ``peak_slots`` (most states stored in RAM at once), ``peak_disk`` (on disk),
+    ``disk_writes`` / ``disk_reads`` (snapshots written, restores read from disk). With
+    ``record=True`` it also lists the reversed steps in the order they were reversed.
     """
 
     __slots__ = ("seq_len", "live_index", "stored", "adjoint_index", "peak_slots",
                  "plain_steps", "taped_steps", "reversed", "state_bytes", "tape_bytes",
-                 "peak_bytes")
+                 "peak_bytes", "ram", "disk_writes", "disk_reads", "peak_disk")
 
     def __init__(self, seq_len: int | None, record: bool = False, state_bytes: int = 0,
                  tape_bytes: int = 0) -> None:
@@ -40,6 +41,8 @@ class Tracker:
         # Reverse(start, stop), the stop - start - 1 step tapes kept beyond the working one.
         self.seq_len = seq_len
         self.state_bytes, self.tape_bytes, self.peak_bytes = state_bytes, tape_bytes, 0
+        self.ram: set[int] = set()          # the stored states kept in RAM (others: on disk)
+        self.disk_writes = self.disk_reads = self.peak_disk = 0
         self.live_index = 0
         self.stored: set[int] = set()
         self.adjoint_index = seq_len
@@ -64,7 +67,7 @@ class Tracker:
             if stop != self.adjoint_index or not start < stop:
                 self._fail(action, f"the adjoint is at state {self.adjoint_index}")
             self.taped_steps += stop - start
-            held = len(self.stored) * self.state_bytes + (stop - start - 1) * self.tape_bytes
+            held = len(self.ram) * self.state_bytes + (stop - start - 1) * self.tape_bytes
             self.peak_bytes = max(self.peak_bytes, held)
             if self.reversed is not None:
                 self.reversed.extend(range(stop - 1, start - 1, -1))
@@ -76,16 +79,25 @@ class Tracker:
             if action.index in self.stored:
                 self._fail(action, "that state is already stored")
             self.stored.add(action.index)
-            self.peak_slots = max(self.peak_slots, len(self.stored))
-            self.peak_bytes = max(self.peak_bytes, len(self.stored) * self.state_bytes)
+            if action.storage == "ram":
+                self.ram.add(action.index)
+                self.peak_slots = max(self.peak_slots, len(self.ram))
+                self.peak_bytes = max(self.peak_bytes, len(self.ram) * self.state_bytes)
+            elif action.storage == "disk":
+                self.disk_writes += 1
+                self.peak_disk = max(self.peak_disk, len(self.stored) - len(self.ram))
+            else:
+                self._fail(action, "storage must be 'ram' or 'disk'")
         elif kind is Restore:
             if action.index not in self.stored:
                 self._fail(action, f"stored states are {sorted(self.stored)}")
             self.live_index = action.index
+            self.disk_reads += action.index not in self.ram
         elif kind is Free:
             if action.index not in self.stored:
                 self._fail(action, f"stored states are {sorted(self.stored)}")
             self.stored.remove(action.index)
+            self.ram.discard(action.index)
         else:
             raise ScheduleError(f"unknown action {short_repr(action)} of type {type(action).__name__}: "
                                 f"a schedule yields Advance, Snapshot, Restore, Free and Reverse")
@@ -120,6 +132,9 @@ class Cost:
     peak_slots: int
     reversed: list[int] = field(default_factory=list)
     peak_bytes: int = 0
+    disk_writes: int = 0
+    disk_reads: int = 0
+    peak_disk: int = 0
 
 
 def simulate(actions: Iterable[Action], seq_len: int | None = None) -> Cost:
@@ -149,4 +164,4 @@ def simulate(actions: Iterable[Action], seq_len: int | None = None) -> Cost:
         tracker.apply(action)
     tracker.finish()
     return Cost(tracker.plain_steps, tracker.taped_steps, tracker.peak_slots, tracker.reversed,
-                tracker.peak_bytes)
+                tracker.peak_bytes, tracker.disk_writes, tracker.disk_reads, tracker.peak_disk)

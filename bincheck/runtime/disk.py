@@ -1,0 +1,129 @@
+"""Snapshots on disk: one private directory per call, one ``.npy`` file per array leaf.
+
+Only numeric arrays go to disk, written and read with numpy's own ``.npy`` format and
+``allow_pickle=False`` (no pickle of user objects). Each file's size and a CRC32 of its data are
+kept in memory and checked when it is read: a truncated or corrupted file raises
+:class:`CorruptSnapshotError` (never a wrong gradient). dtypes are preserved, integer leaves
+round-trip exactly, and Python scalars come back as the same Python type.
+
+Lifetime: a file is removed as soon as its snapshot is freed; the directory is removed by
+:meth:`DiskStore.close`, which the loop calls after the sweep, after any exception (including
+KeyboardInterrupt) in the forward or the reverse, and which a finalizer also runs if the store is
+garbage-collected or the interpreter exits first. Failures to create or write (an unwritable
+directory, a full disk) raise an OSError naming the path and leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import weakref
+import zlib
+from typing import Any
+
+import numpy as np
+
+from ..tree import flatten, unflatten
+
+
+class CorruptSnapshotError(OSError):
+    """A snapshot file on disk does not hold what was written (truncated or altered)."""
+
+
+def _check_dir(base: str | None) -> str:
+    if base is None:
+        return tempfile.gettempdir()
+    base = os.fspath(base)
+    if not os.path.isdir(base):
+        raise FileNotFoundError(f"disk={base!r}: no such directory (bincheck writes its "
+                                f"snapshots into a private subdirectory of an existing one)")
+    return base
+
+
+class DiskStore:
+    """States written to files under a private directory (see the module docstring)."""
+
+    def __init__(self, base: str | None = None) -> None:
+        parent = _check_dir(base)
+        try:
+            self.path = tempfile.mkdtemp(prefix="bincheck-", dir=parent)
+        except OSError as err:
+            raise OSError(err.errno, f"bincheck could not create a snapshot directory in "
+                                     f"{parent!r}: {err.strerror}", parent) from None
+        self._entries: dict[int, tuple] = {}
+        self.bytes_written = self.bytes_read = 0
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self.path, True)
+
+    def put(self, index: int, state: Any) -> None:
+        leaves, treedef = flatten(state)
+        files = []
+        try:
+            for k, leaf in enumerate(leaves):
+                files.append(self._write(index, k, leaf))
+        except BaseException:
+            for name, *_ in files:
+                _remove(name)
+            raise
+        self._entries[index] = (treedef, files)
+
+    def _write(self, index: int, k: int, leaf: Any) -> tuple:
+        pytype = type(leaf) if type(leaf) in (int, float, complex) else None
+        array = np.ascontiguousarray(leaf)
+        if array.dtype.kind not in "biufc":
+            raise TypeError(f"only numeric arrays go to disk; state leaf {k} of snapshot "
+                            f"{index} has dtype {array.dtype}")
+        name = os.path.join(self.path, f"{index}-{k}.npy")
+        try:
+            with open(name, "wb") as f:
+                np.save(f, array, allow_pickle=False)
+        except OSError as err:
+            _remove(name)
+            raise OSError(err.errno, f"bincheck could not write snapshot file {name!r}: "
+                                     f"{err.strerror}", name) from None
+        size = os.path.getsize(name)
+        self.bytes_written += array.nbytes
+        return name, size, zlib.crc32(array.data), array.dtype, array.shape, pytype
+
+    def get(self, index: int) -> Any:
+        treedef, files = self._entries[index]
+        return unflatten(treedef, [self._read(*entry) for entry in files])
+
+    def _read(self, name: str, size: int, crc: int, dtype: Any, shape: tuple,
+              pytype: type | None) -> Any:
+        try:
+            actual = os.path.getsize(name)
+            with open(name, "rb") as f:
+                array = np.load(f, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as err:
+            raise CorruptSnapshotError(f"snapshot file {name!r} cannot be read back "
+                                       f"({err}): refusing to compute a gradient from it") from None
+        if actual != size or array.dtype != dtype or array.shape != shape or \
+                zlib.crc32(np.ascontiguousarray(array).data) != crc:
+            raise CorruptSnapshotError(
+                f"snapshot file {name!r} changed since it was written (size {actual} vs {size} "
+                f"bytes, or its checksum): refusing to compute a gradient from it")
+        self.bytes_read += array.nbytes
+        if pytype is not None:
+            return pytype(array.item())
+        array.setflags(write=False)
+        return array
+
+    def pop(self, index: int) -> None:
+        for name, *_ in self._entries.pop(index)[1]:
+            _remove(name)
+
+    def __contains__(self, index: object) -> bool:
+        return index in self._entries
+
+    def close(self) -> None:
+        """Remove every file and the directory (idempotent)."""
+        self._entries.clear()
+        self._finalizer()
+
+
+def _remove(name: str) -> None:
+    try:
+        os.remove(name)
+    except FileNotFoundError:
+        pass
