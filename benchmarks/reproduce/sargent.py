@@ -61,28 +61,34 @@ RNN = Setting("rnn", 512, 64, 64, 64, 64, (64,), uses_final=True)
 SMOKE = {"lstm": replace(LSTM, seq_len=24, batch=3, n_in=12, hidden=6, n_out=12, num_ckpts=(4,)),
          "rnn": replace(RNN, seq_len=24, batch=3, n_in=6, hidden=6, n_out=6, num_ckpts=(4,))}
 
-# His published numbers, quoted (see README for the exact lines).
+# His published numbers, quoted. L = line of the file at fc3440b unless a commit is named.
 PUBLISHED = {
     "lstm": [
-        dict(what="store-all (normal_lstm.py)", time_s=2.05, mem="+284 MB RSS (top; vs a 78 MB "
-             "baseline) / +241 MB vs the 121 MB baseline he quotes", source="README.md L31-45"),
-        dict(what="checkpointed_lstm.py (num_checkpoints 128 when written; 64 at HEAD)",
-             time_s=3.30, mem="+30 MB RSS (151-121 MB; the text says 85 MB)",
-             source="README.md L37-45"),
-        dict(what="his ratios", time_s=None, mem="slowdown 1.62x, 'memory savings of 9.47x' "
-             "(= 284/30, two different baselines; 241/30 = 8.0x with one)",
+        dict(what="store-all (normal_lstm.py)", time_s=2.05,
+             mem="+284 MB RSS (L45) = 362 MB (L34) - the 78 MB baseline of an earlier version "
+                 "(0f61417 L2); +241 MB over the 121 MB baseline quoted now (L28)",
+             source="examples/checkpointing/README.md L43-45"),
+        dict(what="checkpointed_lstm.py", time_s=3.30,
+             mem="+30 MB RSS = 151 MB (L40) - 121 MB (L28); the text says 85 MB (L44) = 163 MB "
+                 "- 78 MB of 0f61417 (L20, L2)",
+             source="README.md L43-44; written when num_checkpoints was 128 (04659f5 "
+                    "checkpointed_lstm.py L63), 64 since 5d3fc7a (L63)"),
+        dict(what="his ratios", time_s=None,
+             mem="slowdown 1.62x, 'memory savings of 9.47x' = 284/30, two baselines; 241/30 = "
+                 "8.0x (87.6 % saved) with one",
              source="README.md L45"),
     ],
     "rnn": [
         dict(what="store-all (rnn_predict)", time_s=0.894, mem="+107.13 MiB (%memit increment)",
-             source="notebook @bdeb062 L125-126"),
+             source="checkpointed_rnn_example.ipynb @bdeb062 L125-126"),
         dict(what="binomial_checkpoint, num_checkpoints 64", time_s=1.772,
-             mem="+4.36 MiB (%memit increment)", source="notebook @bdeb062 L152-153"),
+             mem="+4.36 MiB (%memit increment)",
+             source="checkpointed_rnn_example.ipynb @bdeb062 L62, L152-153"),
         dict(what="his ratios", time_s=None, mem="slowdown 1.98x, 95.9 % saved",
              source="computed from the two lines above"),
         dict(what="poster", time_s=None, mem="'sometimes on the order of 98%' saved, 'roughly a "
-             "1.7x slowdown' for most num_checkpoints", source="checkpointing_poster.pdf, "
-             "Results and Benchmarks"),
+             "1.7x slowdown' for most numbers of checkpoints",
+             source="checkpointing_poster.pdf, Results and Benchmarks"),
     ],
 }
 PUBLISHED_POINTS = {           # (slowdown, % saved) for the plot; his measures, not ours
