@@ -182,7 +182,8 @@ def markdown(rows: list[dict], sl: dict, env: str) -> str:
         [[r["n"], r["work"], r["num_ckpts"],
           r["strategy"] if r["status"] == "ok" else f"{r['strategy']} — {r['status']}",
           f"{r['peak_mib']:.3f}", r["plain_evals"], r["taped_evals"], f"{r['evals_per_step']:.2f}",
-          r["held_states"], f"{r['time_s']:.2f}", f"{r['grad_max_rel_err']:.1e}"] for r in rows]))
+          r["held_states"], f"{r['time_s']:.2f}", f"{r['grad_max_rel_err']:.1e}"] for r in rows],
+        "rrrlrrrrrrr"))
     out.append("\nFitted growth orders (slope of log y against log n, over all n):\n")
     out.append(md_table(
         ["strategy", "peak memory", "states held", "evaluations (plain + taped)", "plain evals"],
