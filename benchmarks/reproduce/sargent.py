@@ -366,7 +366,7 @@ def _f(v, spec):
 
 def markdown(rows: list[dict], mism: list[dict], settings: list[Setting], repeats: int,
              env: str) -> str:
-    out = [f"# Sargent, \"Binomial checkpointing in autograd\": measured like for like\n",
+    out = ["# Sargent, \"Binomial checkpointing in autograd\": measured like for like\n",
            f"{env}. Gradient w.r.t. all parameters; every variant's gradient equals store-all's "
            f"(max relative error in the last column) before it is timed; time = median of "
            f"{repeats} interleaved gradients; memory = tracemalloc peak of one gradient. "
