@@ -58,8 +58,8 @@ LSTM = Setting("lstm", 512, 46, 128, 40, 128, (64, 128), uses_final=False)
 # checkpointed_rnn_example.ipynb: input = state = output = 64, batch 64, seq_len 512; the notebook
 # versions that report a checkpointed run use num_checkpoints = 64 (e.g. commit bdeb062).
 RNN = Setting("rnn", 512, 64, 64, 64, 64, (64,), uses_final=True)
-SMOKE = {"lstm": replace(LSTM, seq_len=24, batch=3, n_in=12, hidden=6, n_out=12, num_ckpts=(4,)),
-         "rnn": replace(RNN, seq_len=24, batch=3, n_in=6, hidden=6, n_out=6, num_ckpts=(4,))}
+SMOKE = {"lstm": replace(LSTM, seq_len=16, batch=3, n_in=12, hidden=6, n_out=12, num_ckpts=(4,)),
+         "rnn": replace(RNN, seq_len=16, batch=3, n_in=6, hidden=6, n_out=6, num_ckpts=(4,))}
 
 # His published numbers, quoted. L = line of the file at fc3440b unless a commit is named.
 PUBLISHED = {

@@ -45,7 +45,7 @@ HEAVY = 3
 STRATEGIES = ("store-all", "outer binomial", "flat while loop")
 FULL_NS = [100, 316, 1000, 3162, 10000, 31623, 100000]
 QUICK_NS = [100, 316, 1000, 3162, 10000]
-SMOKE_NS = [60, 120, 240]
+SMOKE_NS = [40, 80, 160]
 
 
 def num_ckpts(n: int) -> int:
