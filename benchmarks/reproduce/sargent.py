@@ -279,7 +279,7 @@ def measure(setting: Setting, repeats: int, seed: int = 0, log=print) -> list[di
             st = v.loop.stats
             row.update(plain_evals=st.plain_steps, taped_evals=st.taped_steps,
                        peak_snapshots=st.peak_snapshots,
-                       predicted_plain=plan(setting.seq_len, v.num_ckpts).plain_steps + 1)
+                       predicted_plain=plan(setting.seq_len, v.num_ckpts).plain_steps)
         else:
             row.update(plain_evals=0, taped_evals=setting.seq_len)
         row["peak_mib"] = peak_mib(lambda: g(m.params))[0]
