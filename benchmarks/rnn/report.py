@@ -72,36 +72,59 @@ def _bookkeeping(r: Row) -> str:
     return f"{r.bookkeeping_pct:.1f} %{lib}"
 
 
+def _evals(plain, taped, pred_plain, pred_taped, T) -> str:
+    if plain is None or taped is None:
+        return "–"
+    pred = "" if pred_plain is None else f" ({pred_plain / T:.3f}, {pred_taped / T:.3f})"
+    return f"{plain / T:.3f}, {taped / T:.3f}{pred}"
+
+
+LOSS_TITLES = {
+    "final": "loss on the final state",
+    "char-lm": "char-LM: cross-entropy of the next character at every step (in output_fn), V=96",
+    # rows of results files written before the char-LM replaced it
+    "per-step": "loss on every step, hidden states stacked with with_outputs=True "
+                "(the method the char-LM rows replace)",
+}
+
+
+def problem_key(r: Row) -> tuple:
+    return (r.cell, r.loss, r.seq_len, r.hidden, r.batch)
+
+
 def markdown(rows: list[Row]) -> str:
     """One table per problem, shaped like the published ones."""
     out = []
-    problems = []
-    for r in rows:
-        key = (r.cell, r.loss, r.seq_len, r.hidden, r.batch)
-        if key not in problems:
-            problems.append(key)
+    problems = list(dict.fromkeys(problem_key(r) for r in rows))
     for key in problems:
         cell, loss, T, H, B = key
-        out.append(f"\n**{cell}, loss on {'every step' if loss == 'per-step' else 'final state'}, "
-                   f"T={T}, H={H}, B={B}, float64, gradient w.r.t. params**\n")
+        per_step = any(r.predicted_out_taped is not None for r in rows if problem_key(r) == key)
+        out.append(f"\n**{cell}, {LOSS_TITLES.get(loss, loss)}, T={T}, H={H}, B={B}, float64, "
+                   f"gradient w.r.t. params**\n")
+        extra = " | per-step loss evals/step plain, taped: measured (predicted)" \
+            if per_step else ""
         out.append("| strategy | num_ckpts | memory saved (tracemalloc) | RSS saved | slowdown "
                    "| time (s) | plain evals/step measured (predicted) | taped evals/step "
-                   "| bookkeeping: all (library) |")
-        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+                   f"| bookkeeping: all (library){extra} |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if per_step else ""))
         for r in rows:
-            if (r.cell, r.loss, r.seq_len, r.hidden, r.batch) != key:
+            if problem_key(r) != key:
                 continue
             if r.status != "ok":
                 out.append(f"| {r.strategy} | {_fmt(r.num_ckpts, 'd')} | **{r.status}** "
-                           f"| | | | | | |")
+                           f"| | | | | | |" + (" |" if per_step else ""))
                 continue
-            out.append(
-                f"| {r.strategy} | {_fmt(r.num_ckpts, 'd')} "
-                f"| {r.memory_saved_pct:.1f} % | {_fmt(r.rss_saved_pct, '.1f')} % "
-                f"| {r.slowdown:.2f}× | {r.time_s:.3f} "
-                f"| {r.plain_evals / T:.3f} ({r.predicted_plain / T:.3f}) "
-                f"| {r.taped_evals / T:.3f} ({r.predicted_taped / T:.3f}) "
-                f"| {_bookkeeping(r)} |")
+            rss = "–" if r.rss_saved_pct is None else f"{r.rss_saved_pct:.1f} %"
+            line = (f"| {r.strategy} | {_fmt(r.num_ckpts, 'd')} "
+                    f"| {r.memory_saved_pct:.1f} % | {rss} "
+                    f"| {r.slowdown:.2f}× | {r.time_s:.3f} "
+                    f"| {r.plain_evals / T:.3f} ({r.predicted_plain / T:.3f}) "
+                    f"| {r.taped_evals / T:.3f} ({r.predicted_taped / T:.3f}) "
+                    f"| {_bookkeeping(r)} |")
+            if per_step:
+                line += " " + _evals(r.out_plain_evals, r.out_taped_evals,
+                                     r.predicted_out_plain, r.predicted_out_taped, T) + " |"
+            out.append(line)
     return "\n".join(out) + "\n"
 
 
