@@ -21,6 +21,7 @@ import multiprocessing
 import time
 import tracemalloc
 from dataclasses import asdict, dataclass, field
+from queue import Empty
 
 import numpy
 from autograd.tracer import isbox
@@ -160,20 +161,35 @@ def _rss_child(run: Run, queue) -> None:
     queue.put(float(peak) - float(base))
 
 
+class RssChild:
+    """The peak RSS increment (MiB) of one gradient, measured in a fresh process started now;
+    :meth:`result` waits for it (None if the child fails or runs out of time)."""
+
+    def __init__(self, run: Run) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.queue = ctx.Queue()
+        self.proc = ctx.Process(target=_rss_child, args=(run, self.queue))
+        self.proc.start()
+
+    def result(self, timeout: float = 600.0) -> float | None:
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                try:
+                    return self.queue.get(timeout=0.2)
+                except Empty:
+                    if not self.proc.is_alive() and self.queue.empty():
+                        return None                 # the child died without a result
+            return None
+        finally:
+            self.proc.join(timeout=60)
+            if self.proc.is_alive():
+                self.proc.kill()
+
+
 def rss_peak_mib(run: Run) -> float | None:
     """Peak RSS increment (MiB) of one gradient, measured in a fresh process."""
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_rss_child, args=(run, queue))
-    proc.start()
-    try:
-        return queue.get(timeout=600)
-    except Exception:
-        return None
-    finally:
-        proc.join(timeout=60)
-        if proc.is_alive():
-            proc.kill()
+    return RssChild(run).result()
 
 
 def plain_step_seconds(problem: Problem, reps: int = 50) -> tuple[float, float | None]:
@@ -201,6 +217,11 @@ def run_problem(problem: Problem, runs: list[Run], repeats: int, measure_rss: bo
     assert runs[0].strategy == "store-all"
     rows, builts, params = [], [], None
     g_ref = None
+    # The RSS child of a run (a fresh process) runs while this process checks and traces the
+    # next run: neither measures the other's memory, and this process starts and collects
+    # children only between tracemalloc windows, on its only thread. One child at a time; the
+    # timed rounds start only when the last one has finished.
+    child = None
     for run in runs:
         row = Row(problem.cell, problem.loss, problem.seq_len, problem.hidden, problem.batch,
                   run.strategy, run.num_ckpts)
@@ -224,16 +245,22 @@ def run_problem(problem: Problem, runs: list[Run], repeats: int, measure_rss: bo
             if outs is not None and counted.predicted_out_taped is not None:
                 row.out_plain_evals, row.out_taped_evals = outs.plain, outs.taped
             row.tracemalloc_peak_mib = tracemalloc_peak(built.gradient, params) / 2**20
-            if measure_rss:
-                row.rss_peak_mib = rss_peak_mib(run)
+        if child is not None:
+            rows[child[0]].rss_peak_mib = child[1].result()
+            child = None
+        if measure_rss and row.status == "ok":
+            child = (len(rows), RssChild(run))
         rows.append(row)
         builts.append(built)
         if progress is not None:
             progress.update(1)
+    if child is not None:                  # the last child has finished before any timing
+        rows[child[0]].rss_peak_mib = child[1].result()
 
     live = [i for i, r in enumerate(rows) if r.status == "ok"]
     bookkeeping = {i: [] for i in live}
     overhead = {i: [] for i in live}
+    taped_ms = {i: [] for i in live}
     for _ in range(repeats):                            # interleaved rounds
         for i in live:
             gc.collect()
@@ -247,8 +274,8 @@ def run_problem(problem: Problem, runs: list[Run], repeats: int, measure_rss: bo
                 work = st.plain_seconds + st.tape_seconds + st.backward_seconds
                 bookkeeping[i].append((wall - work) / wall)
                 overhead[i].append(st.overhead_seconds / wall)
-                rows[i].taped_step_ms = 1e3 * (st.tape_seconds + st.backward_seconds) / \
-                    max(st.taped_steps, 1)
+                taped_ms[i].append(1e3 * (st.tape_seconds + st.backward_seconds) /
+                                   max(st.taped_steps, 1))
         if progress is not None:
             progress.update(1)
 
@@ -264,6 +291,7 @@ def run_problem(problem: Problem, runs: list[Run], repeats: int, measure_rss: bo
         if bookkeeping[i]:
             r.bookkeeping_pct = 100.0 * float(numpy.median(bookkeeping[i]))
             r.library_overhead_pct = 100.0 * float(numpy.median(overhead[i]))
+            r.taped_step_ms = float(numpy.median(taped_ms[i]))
         r.plain_step_ms = 1e3 * plain_s
         r.output_step_ms = None if output_s is None else 1e3 * output_s
     return rows
