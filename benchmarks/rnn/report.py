@@ -231,7 +231,7 @@ def _place_labels(fig, ax, items, avoid) -> None:
         w, h = bb.width, bb.height
         r = 3.6 * dpi                          # marker radius (ms=6 is 3 pt) plus a margin
         best, best_cost = None, None
-        for k in (1.0, 2.2, 3.4):
+        for k in (1.3, 2.4, 3.5):
             for dx, dy in ((r * k, -h / 2), (-r * k - w, -h / 2), (-w / 2, r * k),
                            (-w / 2, -r * k - h), (r * k, r * k * 0.6), (r * k, -r * k * 0.6 - h),
                            (-r * k - w, r * k * 0.6), (-r * k - w, -r * k * 0.6 - h)):
@@ -283,14 +283,17 @@ def plot_png(rows: list[Row]) -> bytes | None:
     ncols = min(3, len(keys))
     nrows = math.ceil(len(keys) / ncols)
     # the layout in inches: title, caption, then rows of (panel title, axes, x label), legend
-    width, ax_h, row_gap = 4.4 * ncols + 0.6, 2.5, 1.0
+    width, ax_h, row_gap = max(4.4 * ncols + 0.6, 9.0), 2.5, 1.0
+    present = [s for s in STYLE if any(r.strategy == s for r in ok)]
+    legend_cols = 4 if width >= 12 else 2
+    legend_rows = math.ceil((len(present) + 2) / legend_cols)
     caption = ("Points: measured (labels: num_ckpts); ▼ on a panel's bottom edge marks a point "
                "below the axis, with its memory saved (store-all is 0 % by definition; "
                "autograd.checkpoint's and stacked ys' savings are in the table). "
                + CURVE_CAPTION)
     lines = textwrap.wrap(caption, width=int((width - 1.0) / 0.056))
     top_in = 0.5 + 0.135 * len(lines) + 0.55
-    bottom_in = 0.55 + 0.2 * math.ceil(len(STYLE) / 4 + 0.5) + 0.1
+    bottom_in = 0.55 + 0.2 * legend_rows + 0.2
     height = top_in + nrows * ax_h + (nrows - 1) * row_gap + bottom_in
     fig, axes = plt.subplots(nrows, ncols, figsize=(width, height), squeeze=False, dpi=110)
     fig.subplots_adjust(left=0.6 / width, right=1 - 0.2 / width, top=1 - top_in / height,
@@ -356,14 +359,13 @@ def plot_png(rows: list[Row]) -> bytes | None:
     for ax, labels, points in later:
         _place_labels(fig, ax, labels, points)
 
-    present = [s for s in STYLE if any(r.strategy == s for r in ok)]
     handles = [Line2D([], [], ls="", marker=STYLE[s]["marker"], color=STYLE[s]["color"],
                       label=STYLE[s]["label"]) for s in present]
     handles.append(Line2D([], [], color="tab:blue", alpha=0.45, lw=1.5,
                           label="bincheck predicted (see the caption)"))
     handles.append(Line2D([], [], ls="", marker="v", color="0.3",
                           label="below the axis (value: memory saved)"))
-    fig.legend(handles=handles, loc="lower center", ncol=min(4, len(handles)), fontsize=7.5,
+    fig.legend(handles=handles, loc="lower center", ncol=legend_cols, fontsize=7.5,
                frameon=False, bbox_to_anchor=(0.5, 0.08 / height))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
