@@ -39,3 +39,81 @@ def test_results_are_written_atomically(tmp_path, monkeypatch):
         report.write_atomic(str(path), b"new, half written")
     assert path.read_bytes() == b"old"                   # the old file is intact
     assert os.listdir(tmp_path) == ["results.csv"]       # and no temporary is left behind
+
+
+def _csv_rows(path):
+    import csv
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_char_lm_end_to_end(tmp_path):
+    """A tiny char-LM run: every gradient checked against store-all, and the step and the
+    per-step loss (output_fn) evaluated exactly as predicted."""
+    T = 12
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.rnn", "--cells", "tanh", "--loss", "char-lm",
+         "--seq-len", str(T), "--hidden", "8", "--batch", "2", "--num-ckpts", "3",
+         "--no-rss", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = _csv_rows(tmp_path / "results.csv")
+    assert [r["strategy"] for r in rows] == ["store-all", "autograd-checkpoint", "sqrt",
+                                             "bincheck", "stacked-ys"]
+    for r in rows:
+        assert r["status"] == "ok", r                   # the gradient check passed
+        assert (r["plain_evals"], r["taped_evals"]) == (r["predicted_plain"],
+                                                         r["predicted_taped"]), r
+        if r["strategy"] != "stacked-ys":               # stacked ys: no output_fn
+            assert r["out_taped_evals"] == r["predicted_out_taped"] == str(T), r
+            assert r["out_plain_evals"] == r["predicted_out_plain"], r
+    by = {r["strategy"]: r for r in rows}
+    assert by["bincheck"]["out_plain_evals"] == str(T - 1)      # the forward tapes the last step
+    assert by["sqrt"]["out_plain_evals"] == str(T - 4)      # EqualSegments(12, 3): last one is 4
+    assert by["store-all"]["out_plain_evals"] == "0"
+    assert (tmp_path / "results.png").stat().st_size > 0
+
+
+OLD_CSV = """\
+cell,loss,seq_len,hidden,batch,strategy,num_ckpts,status,time_s,slowdown,times_s,\
+tracemalloc_peak_mib,memory_saved_pct,rss_peak_mib,rss_saved_pct,plain_evals,taped_evals,\
+predicted_plain,predicted_taped,bookkeeping_pct,plain_step_ms,taped_step_ms
+tanh,per-step,100,8,2,store-all,,ok,1,1,1 1 1,10,0,10,0,0,100,0,100,,0.1,
+tanh,per-step,100,8,2,autograd-checkpoint,,ok,1.5,1.5,1.5 1.5 1.5,15,-50,15,-50,100,199,100,199,,0.1,
+tanh,per-step,100,8,2,sqrt,,ok,0.9,0.9,0.9 0.9 0.9,4,60,4,60,100,100,100,100,1,0.1,0.8
+tanh,per-step,100,8,2,bincheck,5,ok,1.2,1.2,1.2 1.2 1.2,3,70,3,70,290,100,290,100,1,0.1,0.9
+tanh,per-step,100,8,2,bincheck,10,ok,1.1,1.1,1.1 1.1 1.1,3.2,68,3.2,68,210,100,210,100,1,0.1,0.9
+"""
+
+
+@pytest.mark.parametrize("source", ["old", "new"])
+def test_replot_writes_table_and_png(tmp_path, source):
+    """--replot redraws from a results.csv, the current format or the one before output_fn
+    counts (no out_* / output_step_ms / library_overhead_pct columns, loss 'per-step')."""
+    pytest.importorskip("matplotlib")
+    from benchmarks.rnn.__main__ import main
+    from benchmarks.rnn.report import csv_bytes, rows_from_csv
+    path = tmp_path / "in.csv"
+    path.write_text(OLD_CSV)
+    if source == "new":                                  # a round trip through the writer
+        rows = rows_from_csv(str(path))
+        for r in rows:
+            r.loss, r.output_step_ms = "char-lm", 0.05
+            r.predicted_out_plain, r.predicted_out_taped = 99, 100
+            r.out_plain_evals, r.out_taped_evals = 99, 100
+        path.write_bytes(csv_bytes(rows))
+    assert main(["--replot", str(path), "--out", str(tmp_path / "out")]) == 0
+    png = (tmp_path / "out" / "results.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    table = (tmp_path / "out" / "results.md").read_text()
+    assert "| bincheck | 10 | 68.0 % |" in table
+    assert ("0.990, 1.000 (0.990, 1.000)" in table) == (source == "new")
+
+
+def test_generated_text_is_deterministic_and_in_the_vocabulary():
+    from benchmarks.rnn.text import VOCAB_SIZE, char_batches, generate_text
+    assert generate_text(300, seed=1) == generate_text(300, seed=1) != generate_text(300, seed=2)
+    chars, targets = char_batches(50, 4, seed=0)
+    assert chars.shape == targets.shape == (50, 4) and VOCAB_SIZE == 96
+    assert (chars[1:] == targets[:-1]).all()           # the target is the next character
+    assert 0 <= chars.min() and chars.max() < VOCAB_SIZE

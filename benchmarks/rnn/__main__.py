@@ -1,6 +1,7 @@
 """``python -m benchmarks.rnn``: memory saved vs slowdown of checkpointing strategies.
 
-Quick default (under 2 minutes on 2 cores): tanh and LSTM cells, T=200, H=64, B=16.
+Quick default (about a minute on 2 cores): tanh and LSTM cells with the loss on the final state,
+and the tanh character-level language model (a loss at every step), T=200, H=64, B=16.
 ``--full``: the seq_len = 1000, hidden = 256, batch = 32 table of benchmarks/rnn/README.md.
 """
 
@@ -12,14 +13,24 @@ import sys
 import time
 
 from .cells import CELLS
-from .harness import Problem, Run, run_problem
+from .harness import LOSSES, Problem, Run, run_problem
 from .report import csv_bytes, markdown, plot_png, write_atomic
 from .strategies import STRATEGIES
 
-QUICK = dict(cells=["tanh", "lstm"], losses=["final"], seq_len=[200], hidden=64, batch=16,
-             num_ckpts=[5, 10, 20], repeats=3)
-FULL = dict(cells=["tanh", "lstm", "gru"], losses=["final", "per-step"], seq_len=[1000],
-            hidden=256, batch=32, num_ckpts=[10, 20, 50, 100], repeats=3)
+# (cell, loss) pairs; --cells / --loss replace them by the grid of the given cells and losses
+QUICK = dict(problems=[("tanh", "final"), ("lstm", "final"), ("tanh", "char-lm")],
+             seq_len=[200], hidden=64, batch=16, num_ckpts=[5, 10, 20], repeats=3)
+FULL = dict(problems=[("tanh", "final"), ("lstm", "final"), ("gru", "final"),
+                      ("tanh", "char-lm"), ("lstm", "char-lm")],
+            seq_len=[1000], hidden=256, batch=32, num_ckpts=[10, 20, 50, 100], repeats=3)
+STACKED_CKPTS = 50      # stacked-ys runs at the sweep's largest num_ckpts up to this
+
+
+def stacked_num_ckpts(sweep: list[int], seq_len: int) -> int:
+    """num_ckpts of the stacked-ys row: the sweep's largest value up to 50 (else its smallest),
+    at most seq_len — so that it sits next to the output_fn row with the same num_ckpts."""
+    fitting = [s for s in sweep if s <= STACKED_CKPTS]
+    return min(max(fitting) if fitting else min(sweep), seq_len)
 
 
 def _list_of(kind, choices=None):
@@ -59,11 +70,13 @@ def parse_args(argv):
         description="Gradient memory and time of RNN checkpointing strategies vs store-all. "
                     "Without options: a quick run (tanh + LSTM, T=200, H=64, B=16).")
     p.add_argument("--full", action="store_true",
-                   help="the full table: tanh/LSTM/GRU, both losses, T=1000, H=256, B=32, "
-                        "num_ckpts 10,20,50,100")
+                   help="the full table: tanh/LSTM/GRU with the final-state loss, tanh/LSTM "
+                        "char-LM, T=1000, H=256, B=32, num_ckpts 10,20,50,100")
     p.add_argument("--cells", type=_list_of(str, list(CELLS)), help="cells, e.g. tanh,lstm,gru")
-    p.add_argument("--loss", type=_list_of(str, ["final", "per-step"]),
-                   help="final (loss on the final state) and/or per-step (with_outputs=True)")
+    p.add_argument("--loss", type=_list_of(str, list(LOSSES)),
+                   help="final (loss on the final state, random inputs) and/or char-lm (a "
+                        "character-level language model: cross-entropy at every step, in "
+                        "output_fn)")
     p.add_argument("--seq-len", type=_list_of(int), help="sequence lengths, e.g. 200,1000")
     p.add_argument("--hidden", type=_positive, help="hidden size")
     p.add_argument("--batch", type=_positive, help="batch size")
@@ -81,11 +94,15 @@ def parse_args(argv):
                    help="skip the memory_profiler RSS measurement (one child process per run)")
     args = p.parse_args(argv)
     base = FULL if args.full else QUICK
-    for name in ("cells", "seq_len", "hidden", "batch", "num_ckpts", "repeats"):
+    for name in ("seq_len", "hidden", "batch", "num_ckpts", "repeats"):
         if getattr(args, name) is None:
             setattr(args, name, base[name])
-    if args.loss is None:
-        args.loss = base["losses"]
+    if args.cells is None and args.loss is None:
+        args.problems = base["problems"]
+    else:
+        cells = args.cells or list(dict.fromkeys(c for c, _ in base["problems"]))
+        losses = args.loss or list(dict.fromkeys(loss for _, loss in base["problems"]))
+        args.problems = [(c, loss) for c in cells for loss in losses]
     if args.strategies is None:
         args.strategies = list(STRATEGIES)
     if args.repeats < 3:
@@ -107,13 +124,17 @@ def main(argv=None) -> int:
     from tqdm import tqdm
 
     problems = [Problem(c, loss, T, args.hidden, args.batch, args.seed)
-                for c in args.cells for loss in args.loss for T in args.seq_len]
+                for c, loss in args.problems for T in args.seq_len]
     plans = []
     for prob in problems:
         runs = [Run(prob, "store-all")]
         for strategy in args.strategies:
             if strategy == "bincheck":
                 runs += [Run(prob, "bincheck", s) for s in args.num_ckpts if s <= prob.seq_len]
+            elif strategy == "stacked-ys":
+                if prob.per_step:
+                    runs.append(Run(prob, strategy,
+                                    stacked_num_ckpts(args.num_ckpts, prob.seq_len)))
             elif strategy != "store-all":
                 runs.append(Run(prob, strategy))
         plans.append((prob, runs))

@@ -1,4 +1,13 @@
-"""RNN cells written with autograd.numpy, their parameters, and the two losses."""
+"""RNN cells written with autograd.numpy, their parameters, and the two problems.
+
+* ``final``: random real inputs, loss on the final hidden state (``final_loss``).
+* ``char-lm``: a character-level language model on generated text (:mod:`.text`): the input
+  character's embedding (a row of ``params["E"]``, indexed by the integer code in ``inputs``)
+  feeds the cell, and every step's loss is the softmax cross-entropy of the next character,
+  computed from the new hidden state by ``CharLM.readout`` — the bounded-memory per-step-loss
+  pattern: ``readout`` is bincheck's ``output_fn`` and returns a scalar, so the loop stacks T
+  scalars, not T hidden states.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +16,8 @@ from typing import Any, Callable
 
 import autograd.numpy as np
 import numpy
+
+from .text import VOCAB_SIZE, char_batches
 
 
 def _sigmoid(a):
@@ -58,11 +69,6 @@ class Cell:
     def hidden(self, state):
         return state[0] if self.two_states else state
 
-    def with_output(self, params, state, x):
-        """The per-step-loss variant: the step also emits its hidden state as output y."""
-        new = self.fn(params, state, x)
-        return new, self.hidden(new)
-
 
 CELLS = {"tanh": Cell("tanh", tanh_cell, 1, False),
          "lstm": Cell("lstm", lstm_cell, 4, True),
@@ -73,5 +79,58 @@ def final_loss(cell: Cell, final_state) -> Any:
     return np.sum(cell.hidden(final_state) ** 2)
 
 
-def per_step_loss(cell: Cell, final_state, ys) -> Any:
-    return np.sum(ys ** 2) / ys.shape[0] + final_loss(cell, final_state)
+def cross_entropy(logits, targets) -> Any:
+    """Mean softmax cross-entropy of ``logits`` (..., V) against integer ``targets`` (...)."""
+    V = logits.shape[-1]
+    flat = np.reshape(logits, (-1, V))
+    codes = numpy.reshape(targets, -1)
+    shift = np.max(flat, axis=1, keepdims=True)         # for exp's range; cancels exactly
+    lse = np.log(np.sum(np.exp(flat - shift), axis=1)) + shift[:, 0]
+    return np.mean(lse - flat[numpy.arange(flat.shape[0]), codes])
+
+
+@dataclass(frozen=True)
+class CharLM:
+    """A character-level language model around ``cell``: embedded input, per-step loss.
+
+    ``inputs`` is ``{"chars": (T, B) codes, "targets": (T, B) codes}`` (integers, carried
+    through the loop, not differentiated); step t reads ``chars[t]`` and is scored on
+    ``targets[t]``, the character after it.
+    """
+
+    cell: Cell
+
+    def init(self, hidden: int, batch: int, seq_len: int, seed: int) -> tuple[Any, Any, Any]:
+        params, state, _ = self.cell.init(hidden, batch, 1, seed)
+        rng = numpy.random.RandomState(seed + 1)
+        scale = 1.0 / numpy.sqrt(hidden)
+        params["E"] = rng.randn(VOCAB_SIZE, hidden) * 0.1           # embedding, dim = hidden
+        params["Wo"] = rng.uniform(-scale, scale, (hidden, VOCAB_SIZE))
+        params["bo"] = numpy.zeros(VOCAB_SIZE)
+        chars, targets = char_batches(seq_len, batch, seed)
+        return params, state, {"chars": chars, "targets": targets}
+
+    def step(self, params, state, x):
+        """fn(params, state, x): the cell on the embedding of this step's characters."""
+        return self.cell.fn(params, state, params["E"][x["chars"]])
+
+    def readout(self, params, state, x):
+        """output_fn(params, new_state, x): this step's loss, a scalar (mean over the batch)."""
+        logits = np.dot(self.cell.hidden(state), params["Wo"]) + params["bo"]
+        return cross_entropy(logits, x["targets"])
+
+    def stacked_step(self, params, state, x):
+        """The with_outputs=True variant: emits the hidden state, the loss comes after the loop."""
+        new = self.step(params, state, x)
+        return new, self.cell.hidden(new)
+
+    @staticmethod
+    def loss(step_losses) -> Any:
+        """The total loss from the T per-step losses: mean cross-entropy per character."""
+        return np.mean(step_losses)
+
+    @staticmethod
+    def stacked_loss(params, hs, targets) -> Any:
+        """The same total loss from the stacked hidden states ``hs`` (T, B, H): every logit of
+        every step is alive at once (T x B x V), with its cotangent."""
+        return cross_entropy(np.dot(hs, params["Wo"]) + params["bo"], targets)

@@ -3,7 +3,9 @@
 Per problem (cell, loss, seq_len, hidden, batch) every strategy is built, its gradient is compared
 with store-all's (rtol 1e-8) before anything is timed, and then:
 
-* evaluations: an instrumented step counts plain vs taped calls (``autograd.tracer.isbox``);
+* evaluations: that checked gradient runs an instrumented step (and, on a per-step-loss problem,
+  an instrumented per-step loss, bincheck's ``output_fn``) counting plain vs taped calls
+  (``autograd.tracer.isbox``);
 * tracemalloc: peak traced bytes during one gradient, above what was allocated before it;
 * RSS: peak process memory increment during one gradient, by ``memory_profiler``, measured in a
   fresh child process (a parent's freed-but-kept heap would otherwise hide allocations);
@@ -19,25 +21,37 @@ import multiprocessing
 import time
 import tracemalloc
 from dataclasses import asdict, dataclass, field
+from queue import Empty
 
 import numpy
 from autograd.tracer import isbox
 
-from .cells import CELLS
-from .strategies import build
+from .cells import CELLS, CharLM
+from .strategies import build, slice_inputs
+
+LOSSES = ("final", "char-lm")
 
 
 @dataclass(frozen=True)
 class Problem:
     cell: str
-    loss: str            # "final" or "per-step"
+    loss: str            # "final" (loss on the final state) or "char-lm" (loss at every step)
     seq_len: int
     hidden: int
     batch: int
     seed: int = 0
 
+    @property
+    def per_step(self) -> bool:
+        return self.loss == "char-lm"
+
+    @property
+    def model(self):
+        """A Cell (final-state loss) or a CharLM around the cell (per-step loss)."""
+        return CharLM(CELLS[self.cell]) if self.per_step else CELLS[self.cell]
+
     def make(self):
-        return CELLS[self.cell].init(self.hidden, self.batch, self.seq_len, self.seed)
+        return self.model.init(self.hidden, self.batch, self.seq_len, self.seed)
 
 
 @dataclass(frozen=True)
@@ -50,11 +64,11 @@ class Run:
     def label(self) -> str:
         return self.strategy if self.num_ckpts is None else f"{self.strategy}(s={self.num_ckpts})"
 
-    def build(self, step=None):
-        cell = CELLS[self.problem.cell]
-        params, state0, xs = self.problem.make()
-        built = build(self.strategy, cell, step or cell.fn, state0, xs,
-                      self.problem.loss == "per-step", self.num_ckpts)
+    def build(self, step=None, readout=None):
+        """``(built, params)``; ``step``/``readout`` replace the model's (to count calls)."""
+        params, state0, inputs = self.problem.make()
+        built = build(self.strategy, self.problem.model, state0, inputs, self.problem.seq_len,
+                      step, readout, self.num_ckpts)
         return built, params
 
 
@@ -83,6 +97,12 @@ class Row:
     library_overhead_pct: float | None = None
     plain_step_ms: float | None = None
     taped_step_ms: float | None = None
+    # per-step-loss problems: evaluations of the per-step loss (output_fn), its plain cost
+    out_plain_evals: int | None = None
+    out_taped_evals: int | None = None
+    predicted_out_plain: int | None = None
+    predicted_out_taped: int | None = None
+    output_step_ms: float | None = None
 
     def record(self) -> dict:
         d = asdict(self)
@@ -91,7 +111,8 @@ class Row:
 
 
 class Counter:
-    """Wraps a step; counts evaluations under autograd's tape vs on plain arrays."""
+    """Wraps a step ``fn(params, state, x)`` or a per-step loss ``output_fn(params, state, x)``;
+    counts evaluations under autograd's tape vs on plain arrays."""
 
     def __init__(self, fn):
         self.fn, self.plain, self.taped = fn, 0, 0
@@ -140,29 +161,54 @@ def _rss_child(run: Run, queue) -> None:
     queue.put(float(peak) - float(base))
 
 
+class RssChild:
+    """The peak RSS increment (MiB) of one gradient, measured in a fresh process started now;
+    :meth:`result` waits for it (None if the child fails or runs out of time)."""
+
+    def __init__(self, run: Run) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.queue = ctx.Queue()
+        self.proc = ctx.Process(target=_rss_child, args=(run, self.queue))
+        self.proc.start()
+
+    def result(self, timeout: float = 600.0) -> float | None:
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                try:
+                    return self.queue.get(timeout=0.2)
+                except Empty:
+                    if not self.proc.is_alive() and self.queue.empty():
+                        return None                 # the child died without a result
+            return None
+        finally:
+            self.proc.join(timeout=60)
+            if self.proc.is_alive():
+                self.proc.kill()
+
+
 def rss_peak_mib(run: Run) -> float | None:
     """Peak RSS increment (MiB) of one gradient, measured in a fresh process."""
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_rss_child, args=(run, queue))
-    proc.start()
-    try:
-        return queue.get(timeout=600)
-    except Exception:
-        return None
-    finally:
-        proc.join(timeout=60)
-        if proc.is_alive():
-            proc.kill()
+    return RssChild(run).result()
 
 
-def plain_step_seconds(problem: Problem, reps: int = 50) -> float:
-    cell = CELLS[problem.cell]
-    params, state, xs = problem.make()
-    t0 = time.perf_counter()
-    for t in range(reps):
-        cell.fn(params, state, xs[t % problem.seq_len])
-    return (time.perf_counter() - t0) / reps
+def plain_step_seconds(problem: Problem, reps: int = 50) -> tuple[float, float | None]:
+    """Seconds of one plain step and of one plain per-step loss (None without one); each the
+    faster of two rounds of ``reps`` calls (the first may run cold)."""
+    model = problem.model
+    params, state, inputs = problem.make()
+    xs = [slice_inputs(inputs, t % problem.seq_len) for t in range(reps)]
+    step = model.step if problem.per_step else model.fn
+
+    def timed(fn):
+        best = float("inf")
+        for _ in range(2):
+            t0 = time.perf_counter()
+            for x in xs:
+                fn(params, state, x)
+            best = min(best, (time.perf_counter() - t0) / reps)
+        return best
+    return timed(step), timed(model.readout) if problem.per_step else None
 
 
 def run_problem(problem: Problem, runs: list[Run], repeats: int, measure_rss: bool,
@@ -171,34 +217,50 @@ def run_problem(problem: Problem, runs: list[Run], repeats: int, measure_rss: bo
     assert runs[0].strategy == "store-all"
     rows, builts, params = [], [], None
     g_ref = None
+    # The RSS child of a run (a fresh process) runs while this process checks and traces the
+    # next run: neither measures the other's memory, and this process starts and collects
+    # children only between tracemalloc windows, on its only thread. One child at a time; the
+    # timed rounds start only when the last one has finished.
+    child = None
     for run in runs:
         row = Row(problem.cell, problem.loss, problem.seq_len, problem.hidden, problem.batch,
                   run.strategy, run.num_ckpts)
-        built, params = run.build()
-        g = built.gradient(params)                      # also warms caches up
+        model = problem.model
+        steps = Counter(model.step if problem.per_step else model.fn)
+        outs = Counter(model.readout) if problem.per_step else None
+        counted, params = run.build(steps, outs)
+        g = counted.gradient(params)                    # checked, counted; warms caches up
         if g_ref is None:
             g_ref = g
         else:
             bad = gradients_agree(g, g_ref)
             if bad:
                 row.status = "FAILED: " + bad           # reported, never timed
-        row.predicted_plain, row.predicted_taped = built.predicted_plain, built.predicted_taped
+        row.predicted_plain, row.predicted_taped = counted.predicted_plain, counted.predicted_taped
+        row.predicted_out_plain = counted.predicted_out_plain
+        row.predicted_out_taped = counted.predicted_out_taped
+        built, _ = run.build()                          # the uninstrumented gradient, timed
         if row.status == "ok":
-            counter = Counter(CELLS[problem.cell].fn)
-            counted, _ = run.build(counter)
-            counted.gradient(params)
-            row.plain_evals, row.taped_evals = counter.plain, counter.taped
+            row.plain_evals, row.taped_evals = steps.plain, steps.taped
+            if outs is not None and counted.predicted_out_taped is not None:
+                row.out_plain_evals, row.out_taped_evals = outs.plain, outs.taped
             row.tracemalloc_peak_mib = tracemalloc_peak(built.gradient, params) / 2**20
-            if measure_rss:
-                row.rss_peak_mib = rss_peak_mib(run)
+        if child is not None:
+            rows[child[0]].rss_peak_mib = child[1].result()
+            child = None
+        if measure_rss and row.status == "ok":
+            child = (len(rows), RssChild(run))
         rows.append(row)
         builts.append(built)
         if progress is not None:
             progress.update(1)
+    if child is not None:                  # the last child has finished before any timing
+        rows[child[0]].rss_peak_mib = child[1].result()
 
     live = [i for i, r in enumerate(rows) if r.status == "ok"]
     bookkeeping = {i: [] for i in live}
     overhead = {i: [] for i in live}
+    taped_ms = {i: [] for i in live}
     for _ in range(repeats):                            # interleaved rounds
         for i in live:
             gc.collect()
@@ -212,12 +274,12 @@ def run_problem(problem: Problem, runs: list[Run], repeats: int, measure_rss: bo
                 work = st.plain_seconds + st.tape_seconds + st.backward_seconds
                 bookkeeping[i].append((wall - work) / wall)
                 overhead[i].append(st.overhead_seconds / wall)
-                rows[i].taped_step_ms = 1e3 * (st.tape_seconds + st.backward_seconds) / \
-                    max(st.taped_steps, 1)
+                taped_ms[i].append(1e3 * (st.tape_seconds + st.backward_seconds) /
+                                   max(st.taped_steps, 1))
         if progress is not None:
             progress.update(1)
 
-    plain_ms = 1e3 * plain_step_seconds(problem)
+    plain_s, output_s = plain_step_seconds(problem)
     ref = rows[0]
     for i in live:
         r = rows[i]
@@ -229,5 +291,7 @@ def run_problem(problem: Problem, runs: list[Run], repeats: int, measure_rss: bo
         if bookkeeping[i]:
             r.bookkeeping_pct = 100.0 * float(numpy.median(bookkeeping[i]))
             r.library_overhead_pct = 100.0 * float(numpy.median(overhead[i]))
-        r.plain_step_ms = plain_ms
+            r.taped_step_ms = float(numpy.median(taped_ms[i]))
+        r.plain_step_ms = 1e3 * plain_s
+        r.output_step_ms = None if output_s is None else 1e3 * output_s
     return rows
