@@ -16,17 +16,18 @@ from helpers import closed_form
 
 GRID = [(l, s) for l in range(1, 201) for s in range(1, 21)]
 LONG = [(1000, s) for s in (1, 2, 5, 10, 20, 50, 100)]
-# checkpoint_schedules builds an O(l^2 s) table per Revolve(l, s), so comparing the full grid takes
-# ~2 minutes: all l for s <= 5, every 5th l (and the corner l = 200) above that. BINCHECK_FULL_ORACLE=1
-# compares all 4000 points.
-ORACLE_GRID = (GRID if os.environ.get("BINCHECK_FULL_ORACLE") else
-               [(l, s) for l, s in GRID if s <= 5 or l % 5 == 1 or l == 200])
+# Two independent oracles from checkpoint_schedules. Revolve builds an O(l^2 s) table per call
+# (Revolve(1000, 50) takes 15 s), so it is compared on every l for s <= 3 and a sample above;
+# Multistage (the same optimum by a closed-form step rule, Stumm & Walther 2009) on the whole grid
+# and the long cases. BINCHECK_FULL_ORACLE=1 compares Revolve on all of it.
+FULL = bool(os.environ.get("BINCHECK_FULL_ORACLE"))
+REVOLVE_GRID = GRID if FULL else [(l, s) for l, s in GRID if s <= 3 or l % 25 == 1]
 
 
-def revolve_counts(l, s):
-    """Plain and taped step counts of checkpoint_schedules' Revolve (independent oracle)."""
+def oracle_counts(schedule):
+    """Plain and taped step counts of a checkpoint_schedules schedule."""
     plain = taped = 0
-    for action in checkpoint_schedules.Revolve(l, s):
+    for action in schedule:
         if isinstance(action, checkpoint_schedules.Forward):
             n = action.n1 - action.n0
             if action.write_adj_deps:
@@ -36,6 +37,16 @@ def revolve_counts(l, s):
         elif isinstance(action, checkpoint_schedules.EndReverse):
             break
     return plain, taped
+
+
+def revolve_counts(l, s):
+    return oracle_counts(checkpoint_schedules.Revolve(l, s))
+
+
+def multistage_counts(l, s):
+    if l == 1:
+        return 0, 1                             # it needs two steps; one step is taped directly
+    return oracle_counts(checkpoint_schedules.MultistageCheckpointSchedule(l, s, 0))
 
 
 @lru_cache(maxsize=None)
@@ -61,18 +72,23 @@ def test_plan_is_valid_and_optimal_on_grid():
 
 
 def test_matches_independent_revolve_on_grid():
-    for l, s in ORACLE_GRID:
-        plain, taped = revolve_counts(l, s)
+    for l, s in REVOLVE_GRID:
         cost = simulate(plan(l, s))
-        assert (cost.plain_steps, cost.taped_steps) == (plain, taped), (l, s)
+        assert (cost.plain_steps, cost.taped_steps) == revolve_counts(l, s), (l, s)
+
+
+def test_matches_independent_multistage_on_grid():
+    for l, s in GRID:
+        cost = simulate(plan(l, s))
+        assert (cost.plain_steps, cost.taped_steps) == multistage_counts(l, s), (l, s)
 
 
 @pytest.mark.parametrize("l,s", LONG)
-def test_matches_independent_revolve_long(l, s):
-    plain, taped = revolve_counts(l, s)
+def test_matches_independent_oracles_long(l, s):
     cost = simulate(plan(l, s))
-    assert cost.plain_steps == plain
-    assert cost.taped_steps == taped == l
+    assert (cost.plain_steps, cost.taped_steps) == multistage_counts(l, s)
+    if FULL or s <= 10:
+        assert (cost.plain_steps, cost.taped_steps) == revolve_counts(l, s)
 
 
 def test_closed_form_is_the_dynamic_programming_optimum_on_grid():
