@@ -40,8 +40,8 @@ def run(cell: str, n: int, fraction: float, check: bool) -> dict:
     if check and n <= 10 ** 4:
         cost = simulate(plan)
         assert cost.plain_steps == plain and cost.peak_bytes <= memory
-    revolve = optimal_plain_steps(n, plan.slots)
-    return {"cell": cell, "n": n, "budget_pct": round(100 * fraction, 3), "slots": plan.slots,
+    revolve = optimal_plain_steps(n, plan.checkpoints)
+    return {"cell": cell, "n": n, "budget_pct": round(100 * fraction, 3), "slots": plan.checkpoints,
             "longest_leaf": plan.table.leaves[-1], "plain": plain, "revolve": revolve,
             "plain/revolve": round(plain / revolve, 3) if revolve else 1.0,
             "rows": plan.table.dp_rows, "plan_s": round(elapsed, 4)}

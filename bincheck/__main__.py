@@ -53,7 +53,8 @@ def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                                    "NUM_CKPTS states or within --memory bytes.")
     p.add_argument("seq_len", type=_positive_int, help="number of steps")
     p.add_argument("num_ckpts", type=_positive_int, nargs="?",
-                   help="states held at once, the initial state included (or give --memory)")
+                   help="checkpoints: states held at once, the initial state included (or give "
+                        "--memory)")
     p.add_argument("--actions", action="store_true", help="also list every action (small plans)")
     g = p.add_argument_group("planning within bytes (sizes as 256KB, 1.5GiB, ...)")
     g.add_argument("--memory", type=_bytes, help="bytes for snapshots, kept tapes and the "

@@ -11,7 +11,7 @@ def run(*args):
 def test_plan_summary():
     out = run("plan", "1000", "50")
     assert out.returncode == 0, out.stderr
-    assert "1000 steps" in out.stdout and "1948" in out.stdout and "peak states held  : 50" in out.stdout
+    assert "1000 steps" in out.stdout and "1948" in out.stdout and "peak checkpoints  : 50" in out.stdout
 
 
 def test_plan_lists_actions():
@@ -48,3 +48,11 @@ def test_only_plain_decimal_digits_are_integers(text):
 def test_over_long_argument_is_not_echoed_in_full():
     out = run("plan", "9" * 5000 + "x", "3")
     assert out.returncode == 2 and len(out.stderr) < 1000
+
+
+def test_old_names_still_work():
+    from bincheck import EqualSegments, LoopStats, plan, simulate
+    p = plan(10, 3)
+    assert p.peak_slots == p.peak_checkpoints == simulate(p).peak_slots == 3
+    assert EqualSegments(10, 4).peak_slots == 4
+    assert LoopStats(peak_snapshots=5).peak_checkpoints == 5

@@ -65,7 +65,7 @@ def test_disk_plan_is_optimal_against_exhaustive_search(w, r):
             cost = simulate(plan)
             total = cost.plain_steps + w * cost.disk_writes + r * cost.disk_reads
             assert cost.reversed == list(range(n - 1, -1, -1))
-            assert cost.peak_slots <= cm
+            assert cost.peak_checkpoints <= cm
             assert total == pytest.approx(plan.cost) == pytest.approx(brute(n, cm, w, r))
 
 
@@ -74,7 +74,7 @@ def test_disk_plan_valid_and_never_worse_than_ram_only(n, cm):
     for w, r in COSTS + [(1e9, 1e9)]:
         plan = DiskPlan(n, cm, w, r)
         cost = simulate(plan)
-        assert cost.reversed == list(range(n - 1, -1, -1)) and cost.peak_slots <= cm
+        assert cost.reversed == list(range(n - 1, -1, -1)) and cost.peak_checkpoints <= cm
         total = cost.plain_steps + w * cost.disk_writes + r * cost.disk_reads
         assert total == pytest.approx(plan.cost) and total <= optimal_plain_steps(n, cm)
         if w == 1e9:
@@ -88,7 +88,7 @@ def test_online_disk_planner_streams():
             planner = DiskOnlinePlanner(cm, period)
             tracker, _ = drive_online(planner, n)
             assert tracker.reversed == list(range(n - 1, -1, -1))
-            assert tracker.peak_slots <= cm
+            assert tracker.peak_checkpoints <= cm
             assert tracker.plain_steps + (1 if n else 0) == n + planner.predicted_reverse_steps(n)
 
 
@@ -113,7 +113,7 @@ def test_gradient_with_disk_matches_and_cleans_up(tmp_path):
     st = loop.stats
     assert st.disk_bytes_written == plan.schedule.disk_writes * U0.nbytes
     assert st.disk_bytes_read == plan.schedule.disk_reads * U0.nbytes
-    assert st.plain_steps == plan.plain_steps and st.peak_snapshots <= plan.slots
+    assert st.plain_steps == plan.plain_steps and st.peak_snapshots <= plan.checkpoints
 
 
 def test_while_loop_with_disk(tmp_path):

@@ -238,7 +238,7 @@ def test_planning_realistic_sizes_is_fast_and_exact_where_checkable():
         start = time.perf_counter()
         p = check_plan(n, int(fraction * n * T), S, T)
         assert time.perf_counter() - start < 20
-        assert p.plain_steps < optimal_plain_steps(n, p.slots)
+        assert p.plain_steps < optimal_plain_steps(n, p.checkpoints)
     start = time.perf_counter()
     p = MixedPlan(10 ** 5, int(0.01 * 10 ** 5 * T), S, T)
     assert p.plain_steps == simulate(p).plain_steps
@@ -246,7 +246,7 @@ def test_planning_realistic_sizes_is_fast_and_exact_where_checkable():
     # Below the chain region, in the second band: still closed form, still valid and optimal-sized.
     start = time.perf_counter()
     p = check_plan(n, int(0.008 * n * T), S, T)
-    assert n > p.table.region(p.slots) and p.table.in_second_band(n, p.slots)
+    assert n > p.table.region(p.checkpoints) and p.table.in_second_band(n, p.checkpoints)
     assert time.perf_counter() - start < 20
     # One case well below the chain region, at a realistic size, against the reference.
     leaves = leaf_lengths(int(0.01 * 1000 * T), S, T)

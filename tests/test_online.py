@@ -27,7 +27,7 @@ def test_streams_are_valid_and_bounded(s):
     for n in list(range(0, 40)) + [beta(s, 3), beta(s, 3) + 7]:
         planner, tracker, _ = drive(s, n)
         assert tracker.reversed == list(range(n - 1, -1, -1))
-        assert tracker.peak_slots <= s
+        assert tracker.peak_checkpoints <= s
         assert tracker.taped_steps == n
         # the planner's own prediction is what the stream does
         assert total_plain(tracker, n) == n + planner.predicted_reverse_steps(n)
@@ -126,4 +126,4 @@ def test_every_k_planner_streams():
             tracker, _ = drive_online(EveryKPlanner(k), n)
             assert tracker.reversed == list(range(n - 1, -1, -1))
             assert tracker.plain_steps == max(n - 1, 0)          # the forward's hand-offs only
-            assert tracker.peak_slots == len(range(0, max(n - 1, 1), k))
+            assert tracker.peak_checkpoints == len(range(0, max(n - 1, 1), k))

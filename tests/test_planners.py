@@ -13,7 +13,7 @@ def offline(make):
     def run(l, budget):
         schedule = make(l, budget)
         cost = simulate(schedule)
-        return cost.reversed, cost.peak_slots, cost.plain_steps, schedule.plain_steps, \
+        return cost.reversed, cost.peak_checkpoints, cost.plain_steps, schedule.plain_steps, \
             cost.taped_steps
     return run
 
@@ -24,7 +24,7 @@ def online(make, predicted_extra):
         tracker, _ = drive_online(planner, l)
         predicted = (l - 1) + planner.predicted_reverse_steps(l) if predicted_extra else \
             tracker.plain_steps
-        return tracker.reversed, tracker.peak_slots, tracker.plain_steps, predicted, \
+        return tracker.reversed, tracker.peak_checkpoints, tracker.plain_steps, predicted, \
             tracker.taped_steps
     return run
 

@@ -64,8 +64,8 @@ def test_plan_is_valid_and_optimal_on_grid():
         p = plan(l, s)
         cost = simulate(p)                                  # raises on any invalid action
         assert cost.reversed == list(range(l - 1, -1, -1)), (l, s)
-        assert cost.peak_slots <= s, (l, s)
-        assert cost.peak_slots == p.peak_slots == min(l, s), (l, s)
+        assert cost.peak_checkpoints <= s, (l, s)
+        assert cost.peak_checkpoints == p.peak_checkpoints == min(l, s), (l, s)
         assert cost.plain_steps == optimal_plain_steps(l, s) == closed_form(l, s), (l, s)
         assert cost.taped_steps == p.taped_steps == l
         assert p.plain_steps == cost.plain_steps
@@ -110,7 +110,7 @@ def test_split_attains_the_optimum():
 def test_random_plans_are_valid_and_optimal(l, s):
     cost = simulate(plan(l, s))
     assert cost.reversed == list(range(l - 1, -1, -1))
-    assert cost.peak_slots <= s
+    assert cost.peak_checkpoints <= s
     assert cost.plain_steps == closed_form(l, s)
 
 
@@ -124,7 +124,7 @@ def test_planning_is_lazy_for_a_million_steps():
     t0 = time.perf_counter()
     p = plan(1_000_000, 20)
     first = list(itertools.islice(iter(p), 50))
-    counts = (p.plain_steps, p.taped_steps, p.peak_slots)
+    counts = (p.plain_steps, p.taped_steps, p.peak_checkpoints)
     elapsed = time.perf_counter() - t0
     assert first[0] == Snapshot(0) and isinstance(first[1], Advance)
     assert counts == (closed_form(1_000_000, 20), 1_000_000, 20)
@@ -133,7 +133,7 @@ def test_planning_is_lazy_for_a_million_steps():
 
 def test_summary_string():
     text = str(plan(1000, 50))
-    assert "1000 steps" in text and "50 slots" in text and "1948" in text
+    assert "1000 steps" in text and "50 checkpoints" in text and "1948" in text
 
 
 @pytest.mark.parametrize("bad,exc", [(0, ValueError), (-3, ValueError), (2.0, TypeError),
@@ -171,7 +171,7 @@ def test_equal_segments_schedule(l, n):
     seg = EqualSegments(l, n)
     cost = simulate(seg)
     assert cost.reversed == list(range(l - 1, -1, -1))
-    assert cost.peak_slots == seg.peak_slots == min(l, n)
+    assert cost.peak_checkpoints == seg.peak_checkpoints == min(l, n)
     assert cost.plain_steps == seg.plain_steps
     assert cost.plain_steps + l - seg.first_reverse_start == l   # one forward sweep, no recompute
     lengths = [b - a for a, b in zip(seg.bounds, seg.bounds[1:])]

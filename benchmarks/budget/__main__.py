@@ -110,7 +110,7 @@ def measure(cell_name: str, T: int, H: int, B: int, fractions: list[float], repe
         for policy, plan in (("mixed", mixed_plan), ("states-only", states_plan)):
             row = Row(cell_name, T, H, B, pct, memory / 2**20, policy,
                       predicted_slowdown=plan.relative_time, predicted_plain=plan.plain_steps,
-                      states=plan.slots)
+                      states=plan.checkpoints)
             counter = Counter(cell.fn)
             counted = CheckpointedLoop(counter, plan)
             g = grad(loss(counted))(params)

@@ -165,7 +165,7 @@ class CheckpointedLoop(_LoopBase):
                                     self.schedule.disk is not None)
             self.last_plan = plan
             return plan
-        states = min(self.schedule.peak_slots, self.seq_len)
+        states = min(self.schedule.peak_checkpoints, self.seq_len)
         return BudgetPlan(self.seq_len, sizes.work_bytes + states * sizes.state_bytes,
                           replace(sizes, tape_bytes=None))
 
@@ -222,7 +222,7 @@ class CheckpointedLoop(_LoopBase):
     def derivative_schedule(self, call: Call) -> Any:
         if self.budget is None:
             return self.schedule
-        return Plan(call.n, max(1, call.schedule.slots))   # the same states, tapes not kept
+        return Plan(call.n, max(1, call.schedule.checkpoints))   # the same states, no tapes
 
     def _schedule_for(self, call: Call, stepper: PlainStepper, state0: Any) -> Any:
         if self.budget is None:

@@ -137,7 +137,7 @@ def reverse_sweep(call: Call, argnums: tuple, args: tuple, g: tuple) -> tuple:
             pending.stats.disk_bytes_read = disk.bytes_read
             disk.close()
     stats = pending.stats
-    stats.peak_snapshots = executor.tracker.peak_slots
+    stats.peak_snapshots = executor.tracker.peak_checkpoints
     sizes = getattr(call.schedule, "sizes", None)
     stats.peak_bytes = max(executor.store.peak_nbytes, sweep.peak_held) + \
         (sizes.work_bytes if sizes is not None else 0)

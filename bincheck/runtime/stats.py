@@ -15,8 +15,9 @@ class LoopStats:
     costs is bookkeeping (planning, executor, pytree handling). ``library_seconds`` is the wall
     time spent inside the loop's forward and reverse sweep, so ``library_seconds - plain_seconds
     - tape_seconds - backward_seconds`` is the library's own overhead (the user's loss and
-    autograd's graph outside the loop excluded). ``peak_snapshots`` is the most states the
-    schedule stored at once (the working state not counted, as in Revolve). ``peak_bytes`` is the
+    autograd's graph outside the loop excluded). ``peak_checkpoints`` (also ``peak_snapshots``, its
+    name before 0.2) is the most checkpoints the schedule held in RAM at once (the working state
+    not counted, as in Revolve). ``peak_bytes`` is the
     library's own accounting of the most it held at once: the stored snapshots' array bytes
     (counted exactly) plus, for loops with a ``memory`` budget, the taped segment's steps at the
     measured tape size and the measured working set (see :mod:`bincheck.autograd.probe`).
@@ -37,6 +38,11 @@ class LoopStats:
     peak_bytes: int = 0
     disk_bytes_written: int = 0
     disk_bytes_read: int = 0
+
+    @property
+    def peak_checkpoints(self) -> int:
+        """The most checkpoints held in RAM at once (the ``peak_snapshots`` field)."""
+        return self.peak_snapshots
 
     @property
     def overhead_seconds(self) -> float:

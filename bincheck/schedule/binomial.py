@@ -1,7 +1,7 @@
 """Offline binomial checkpointing (Griewank 1992; Griewank & Walther, ACM TOMS Alg. 799 "Revolve").
 
-To reverse ``l`` steps while holding at most ``s`` states at once (the initial state included, as in
-Revolve), the minimal number of plain (untaped) step evaluations is
+To reverse ``l`` steps while holding at most ``s`` checkpoints (stored states) at once, the initial
+state included as in Revolve, the minimal number of plain (untaped) step evaluations is
 
     t(l, s) = r*l - beta(s+1, r-1),   beta(s, r) = C(s+r, s),   beta(s, r-1) < l <= beta(s, r),
 
@@ -9,7 +9,7 @@ with beta(., -1) = 0. ``t`` counts the first sweep's ``l-1`` steps; the ``l`` ta
 come on top. The schedule below attains it exactly.
 
 The recursion behind it: holding state ``lo``, advance ``m`` steps, store that state, reverse the
-right part with one slot fewer, then reverse the left part with all slots again::
+right part with one checkpoint fewer, then reverse the left part with all of them again::
 
     t(l, s) = min_m  m + t(l-m, s-1) + t(m, s),   t(1, s) = 0,   t(l, 1) = l(l-1)/2.
 
@@ -29,7 +29,7 @@ from .validate import NUM_CKPTS_RULE, check_positive_int
 
 
 def beta(s: int, r: int) -> int:
-    """Most steps reversible with ``s`` slots and ``r`` repetitions: C(s+r, s); 0 for r < 0."""
+    """Most steps reversible with ``s`` checkpoints and ``r`` repetitions: C(s+r, s); 0 for r<0."""
     return 0 if r < 0 else comb(s + r, s)
 
 
@@ -57,7 +57,7 @@ def repetitions(l: int, s: int) -> int:
 
 
 def optimal_plain_steps(l: int, s: int) -> int:
-    """t(l, s): minimal plain step evaluations to reverse ``l`` steps with ``s`` slots."""
+    """t(l, s): minimal plain step evaluations to reverse ``l`` steps with ``s`` checkpoints."""
     r = repetitions(l, s)
     return r * l - beta(s + 1, r - 1)
 
@@ -76,7 +76,7 @@ def split(l: int, s: int) -> int:
 
 
 def binomial_actions(l: int, s: int, offset: int = 0, stored: bool = False) -> Iterator[Action]:
-    """Yield the optimal schedule reversing ``l`` steps with ``s`` slots, lazily.
+    """Yield the optimal schedule reversing ``l`` steps with ``s`` checkpoints, lazily.
 
     Indices start at ``offset``. With ``stored=True`` the caller has already stored state
     ``offset`` (and made it live) and frees it itself, as when reversing one segment of a longer
@@ -114,8 +114,8 @@ def binomial_actions(l: int, s: int, offset: int = 0, stored: bool = False) -> I
         yield Free(offset)
 
 
-def peak_slots(l: int, s: int) -> int:
-    """States held at once by :func:`binomial_actions`: the deepest chain is the first sweep's."""
+def peak_checkpoints(l: int, s: int) -> int:
+    """Checkpoints held at once by :func:`binomial_actions`: the first sweep's chain is deepest."""
     held, lo, slots = 1, 0, s
     while l - lo > 1 and slots > 1:
         lo += split(l - lo, slots)
@@ -127,8 +127,8 @@ def peak_slots(l: int, s: int) -> int:
 class Plan:
     """An offline binomial schedule: iterate it for the actions; counts come from the closed form.
 
-    >>> p = plan(10, 3)          # 10 steps, at most 3 states held (the initial one included)
-    >>> p.plain_steps, p.taped_steps, p.peak_slots
+    >>> p = plan(10, 3)          # 10 steps, at most 3 checkpoints (the initial state included)
+    >>> p.plain_steps, p.taped_steps, p.peak_checkpoints
     (15, 10, 3)
     """
 
@@ -158,25 +158,29 @@ class Plan:
         return self.seq_len
 
     @property
-    def peak_slots(self) -> int:
-        return peak_slots(self.seq_len, self.num_ckpts)
+    def peak_checkpoints(self) -> int:
+        """Most checkpoints held at once: min(seq_len, num_ckpts)."""
+        return peak_checkpoints(self.seq_len, self.num_ckpts)
+
+    peak_slots = peak_checkpoints           # the name before 0.2
 
     def __repr__(self) -> str:
         return f"plan({self.seq_len}, {self.num_ckpts})"
 
     def __str__(self) -> str:
         l = self.seq_len
-        return (f"binomial plan: {l} steps, {self.num_ckpts} slots (initial state included)\n"
+        return (f"binomial plan: {l} steps, {self.num_ckpts} checkpoints (the initial state "
+                f"included)\n"
                 f"  plain evaluations : {self.plain_steps} ({self.plain_steps / l:.3g} per step; "
                 f"repetition number r = {self.repetitions})\n"
                 f"  taped evaluations : {self.taped_steps}\n"
-                f"  peak states held  : {self.peak_slots}\n"
+                f"  peak checkpoints  : {self.peak_checkpoints}\n"
                 f"  a gradient runs fn {self.plain_steps} times plain and {self.taped_steps} "
                 f"times taped (the forward tapes the last step)")
 
 
 def plan(seq_len: int, num_ckpts: int) -> Plan:
-    """The optimal binomial schedule for ``seq_len`` steps holding ``num_ckpts`` states.
+    """The optimal binomial schedule for ``seq_len`` steps holding ``num_ckpts`` checkpoints.
 
     ``num_ckpts`` counts the initial state: ``plan(l, 1)`` recomputes every step from the initial
     state; ``num_ckpts >= seq_len`` keeps every state. Iterating yields actions lazily.

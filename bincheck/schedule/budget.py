@@ -104,7 +104,7 @@ class BudgetPlan:
                 f"backward ({sizes.work_bytes} bytes), {sizes.minimum_memory} bytes in all")
         store = memory - sizes.work_bytes
         slots = store // sizes.state_bytes
-        self.slots = slots
+        self.checkpoints = slots            # how many states fit the budget
         if disk:
             # States only: RAM slots and unlimited disk, priced by measured write/read times.
             if not (sizes.step_seconds and sizes.write_seconds is not None and
@@ -125,6 +125,10 @@ class BudgetPlan:
 
     def __iter__(self) -> Iterator[Action]:
         return iter(self.schedule)
+
+    @property
+    def slots(self) -> int:                 # the name before 0.2
+        return self.checkpoints
 
     @property
     def plain_steps(self) -> int:
@@ -166,7 +170,7 @@ class BudgetPlan:
                  f"  state {format_bytes(s.state_bytes)}, step tape "
                  f"{format_bytes(s.tape_bytes) if s.tape_bytes else 'not kept'}, working set "
                  f"{format_bytes(s.work_bytes)}",
-                 f"  states stored at most: {min(self.slots, l)}",
+                 f"  checkpoints       : {min(self.checkpoints, l)} fit",
                  f"  plain evaluations : {self.plain_steps} ({self.plain_steps / l:.3g} per step)",
                  f"  taped evaluations : {l}",
                  *([f"  disk              : {self.schedule.disk_writes} writes, "

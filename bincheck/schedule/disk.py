@@ -1,12 +1,12 @@
 """Checkpointing with a disk tier: a few states in RAM, as many as needed on disk.
 
-Optimal offline schedule for ``cm`` RAM slots and unlimited disk, where writing a state costs
+Optimal offline schedule for ``cm`` checkpoints in RAM and unlimited disk, where writing a state costs
 ``w`` and reading one costs ``r`` (in units of one plain step), after Aupy, Herrmann, Hovland &
 Robert, "Optimal multistage algorithm for adjoint computation", SIAM J. Sci. Comput. 38(3) 2016
 (Disk-Revolve), in its multi-read form (a disk checkpoint may be read several times: strictly
 better than reading each once, which is what checkpoint_schedules' DiskRevolve implements). Every
 step is taped once whatever the schedule, so the cost is ``plain steps + w * writes + r * reads``.
-With ``t(n) = t(n, cm)`` Revolve's closed form (the start stored in a RAM slot):
+With ``t(n) = t(n, cm)`` Revolve's closed form (the start one of the RAM checkpoints):
 
     D1(n)   = min( t(n),  min_{1<=k<n} k + t(n-k) + r + D1(k) )      start on disk and live
     Dinf(n) = min( t(n),  min_{1<=j<n} w + j + Dinf(n-j) + r + D1(j) ) start live, not stored
@@ -101,19 +101,19 @@ def disk_actions(seq_len: int, table: DiskTable) -> Iterator[Action]:
 
 
 class DiskPlan:
-    """The optimal schedule for ``seq_len`` steps with ``ram_slots`` states in RAM (the initial
+    """The optimal schedule for ``seq_len`` steps with ``checkpoints`` states in RAM (the initial
     one included while in RAM) and unlimited disk; same interface as the other plans, plus
     ``disk_writes`` / ``disk_reads`` and the predicted ``cost`` in plain-step units."""
 
-    def __init__(self, seq_len: int, ram_slots: int, write_cost: float,
+    def __init__(self, seq_len: int, checkpoints: int, write_cost: float,
                  read_cost: float) -> None:
         self.seq_len = check_positive_int("seq_len", seq_len)
-        self.ram_slots = check_positive_int("ram_slots", ram_slots)
+        self.checkpoints = check_positive_int("checkpoints", checkpoints)
         for name, value in (("write_cost", write_cost), ("read_cost", read_cost)):
             if not value >= 0:
                 raise ValueError(f"{name} must be >= 0 (plain steps); got {value!r}")
         self.write_cost, self.read_cost = float(write_cost), float(read_cost)
-        self.table = DiskTable(seq_len, self.ram_slots, self.write_cost, self.read_cost)
+        self.table = DiskTable(seq_len, self.checkpoints, self.write_cost, self.read_cost)
         self._counts: tuple | None = None
 
     def __iter__(self) -> Iterator[Action]:
@@ -126,7 +126,7 @@ class DiskPlan:
             for action in self:
                 tracker.apply(action)
             self._counts = (tracker.plain_steps, tracker.disk_writes, tracker.disk_reads,
-                            tracker.peak_slots)
+                            tracker.peak_checkpoints)
         return self._counts
 
     @property
@@ -147,7 +147,7 @@ class DiskPlan:
         return self._count()[2]
 
     @property
-    def peak_slots(self) -> int:
+    def peak_checkpoints(self) -> int:
         return self._count()[3]
 
     @property
@@ -159,5 +159,5 @@ class DiskPlan:
         return self.seq_len - 1
 
     def __repr__(self) -> str:
-        return (f"DiskPlan({self.seq_len}, ram_slots={self.ram_slots}, "
+        return (f"DiskPlan({self.seq_len}, checkpoints={self.checkpoints}, "
                 f"write_cost={self.write_cost:g}, read_cost={self.read_cost:g})")

@@ -136,15 +136,15 @@ class MixedPlan:
             raise ValueError(f"memory for snapshots must hold at least one state "
                              f"({state_bytes} bytes); got {memory}")
         leaves = leaf_lengths(memory, state_bytes, tape_bytes)
-        self.slots = len(leaves) - 1
+        self.checkpoints = len(leaves) - 1      # how many states fit the memory
         self.table = ChainTable(seq_len, leaves)
 
     def __iter__(self) -> Iterator[Action]:
-        return mixed_actions(self.seq_len, self.slots, self.table)
+        return mixed_actions(self.seq_len, self.checkpoints, self.table)
 
     @property
     def plain_steps(self) -> int:
-        return int(self.table.cost(self.seq_len, self.slots))
+        return int(self.table.cost(self.seq_len, self.checkpoints))
 
     @property
     def taped_steps(self) -> int:
@@ -153,7 +153,7 @@ class MixedPlan:
     @property
     def first_reverse_start(self) -> int:
         """Where the first sweep stops: the start of the last segment (taped whole)."""
-        lo, s = 0, self.slots
+        lo, s = 0, self.checkpoints
         while True:
             j = self.table.split(self.seq_len - lo, s)
             if j == 0:

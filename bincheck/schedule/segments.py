@@ -48,8 +48,10 @@ class EqualSegments:
         return self.seq_len
 
     @property
-    def peak_slots(self) -> int:
+    def peak_checkpoints(self) -> int:
         return self.num_segments
+
+    peak_slots = peak_checkpoints           # the name before 0.2
 
     def __repr__(self) -> str:
         return f"EqualSegments({self.seq_len}, {self.num_segments})"
@@ -57,4 +59,4 @@ class EqualSegments:
     def __str__(self) -> str:
         return (f"equal segments: {self.seq_len} steps in {self.num_segments} segments, "
                 f"{self.plain_steps} plain + {self.taped_steps} taped evaluations, "
-                f"{self.peak_slots} states held, longest tape {self.bounds[1]} steps")
+                f"{self.peak_checkpoints} checkpoints, longest tape {self.bounds[1]} steps")

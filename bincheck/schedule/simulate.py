@@ -25,12 +25,12 @@ class Tracker:
     """Follows live state, stored states and adjoint position; raises ScheduleError on a bad action.
 
     Counts as it goes: ``plain_steps`` (steps inside ``Advance``), ``taped_steps`` (inside
-    ``Reverse``), ``peak_slots`` (most states stored in RAM at once), ``peak_disk`` (on disk),
+    ``Reverse``), ``peak_checkpoints`` (most states stored in RAM at once), ``peak_disk`` (on disk),
     ``disk_writes`` / ``disk_reads`` (snapshots written, restores read from disk). With
     ``record=True`` it also lists the reversed steps in the order they were reversed.
     """
 
-    __slots__ = ("seq_len", "live_index", "stored", "adjoint_index", "peak_slots",
+    __slots__ = ("seq_len", "live_index", "stored", "adjoint_index", "peak_checkpoints",
                  "plain_steps", "taped_steps", "reversed", "state_bytes", "tape_bytes",
                  "peak_bytes", "ram", "disk_writes", "disk_reads", "peak_disk")
 
@@ -46,7 +46,7 @@ class Tracker:
         self.live_index = 0
         self.stored: set[int] = set()
         self.adjoint_index = seq_len
-        self.peak_slots = 0
+        self.peak_checkpoints = 0
         self.plain_steps = 0
         self.taped_steps = 0
         self.reversed: list[int] | None = [] if record else None
@@ -81,7 +81,7 @@ class Tracker:
             self.stored.add(action.index)
             if action.storage == "ram":
                 self.ram.add(action.index)
-                self.peak_slots = max(self.peak_slots, len(self.ram))
+                self.peak_checkpoints = max(self.peak_checkpoints, len(self.ram))
                 self.peak_bytes = max(self.peak_bytes, len(self.ram) * self.state_bytes)
             elif action.storage == "disk":
                 self.disk_writes += 1
@@ -101,6 +101,10 @@ class Tracker:
         else:
             raise ScheduleError(f"unknown action {short_repr(action)} of type {type(action).__name__}: "
                                 f"a schedule yields Advance, Snapshot, Restore, Free and Reverse")
+
+    @property
+    def peak_slots(self) -> int:                # the name before 0.2
+        return self.peak_checkpoints
 
     def end_forward(self, seq_len: int) -> None:
         """An online stream's loop has stopped after ``seq_len`` steps: the adjoint starts there."""
@@ -127,14 +131,21 @@ class Tracker:
 
 @dataclass
 class Cost:
+    """What a stream costs: plain and taped step evaluations, the most checkpoints held in RAM
+    at once, the steps in the order reversed, peak bytes, and disk writes/reads."""
+
     plain_steps: int
     taped_steps: int
-    peak_slots: int
+    peak_checkpoints: int
     reversed: list[int] = field(default_factory=list)
     peak_bytes: int = 0
     disk_writes: int = 0
     disk_reads: int = 0
     peak_disk: int = 0
+
+    @property
+    def peak_slots(self) -> int:                # the name before 0.2
+        return self.peak_checkpoints
 
 
 def simulate(actions: Iterable[Action], seq_len: int | None = None) -> Cost:
@@ -163,5 +174,5 @@ def simulate(actions: Iterable[Action], seq_len: int | None = None) -> Cost:
     for action in stream:
         tracker.apply(action)
     tracker.finish()
-    return Cost(tracker.plain_steps, tracker.taped_steps, tracker.peak_slots, tracker.reversed,
+    return Cost(tracker.plain_steps, tracker.taped_steps, tracker.peak_checkpoints, tracker.reversed,
                 tracker.peak_bytes, tracker.disk_writes, tracker.disk_reads, tracker.peak_disk)
