@@ -24,15 +24,15 @@ def ratios(s: int, n_max: int):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.online_quality", description=__doc__)
-    p.add_argument("--slots", default="5,10,20,50", help="comma-separated num_ckpts values")
+    p.add_argument("--num-ckpts", default="5,10,20,50", help="comma-separated num_ckpts values")
     p.add_argument("--max-n", type=int, default=100_000)
     a = p.parse_args(argv)
     try:
-        slots = [int(v) for v in a.slots.split(",")]
+        slots = [int(v) for v in a.num_ckpts.split(",")]
     except ValueError:
-        p.error(f"--slots must be comma-separated integers; got {a.slots!r}")
+        p.error(f"--num-ckpts must be comma-separated integers; got {a.num_ckpts!r}")
     if any(v < 1 for v in slots) or a.max_n < 1:
-        p.error("--slots values and --max-n must be positive")
+        p.error("--num-ckpts values and --max-n must be positive")
     print("| num_ckpts s | n ≤ β(s,2) | β(s,2) < n ≤ β(s,3) | β(s,3) < n ≤ β(s,4) | "
           "β(s,4) < n ≤ min(β(s,5), max-n) |")
     print("|---:|---|---|---|---|")

@@ -9,7 +9,8 @@ all runs interleaved round by round), plain/taped evaluations next to the plan's
 the predicted time. Results: results.csv, results.md, results.png in ``--out``.
 
 Default: tanh RNN, T=1000, H=256, B=32, float64, budgets 1, 2, 5, 10, 25 % (a few minutes on two
-cores). ``--quick``: T=300, H=64, B=32 (well under a minute).
+cores). ``--quick``: T=300, H=64, B=32 (well under a minute). ``--disk``: the disk tier instead
+(:mod:`benchmarks.budget.disk`).
 """
 
 from __future__ import annotations
@@ -230,7 +231,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fractions", type=_percentages, help="budgets in %% of store-all, e.g. 1,5,25")
     p.add_argument("--repeats", type=_count, help="timed gradients per run (median)")
     p.add_argument("--out", default=os.path.join("benchmarks", "budget", "out"))
+    p.add_argument("--disk", action="store_true",
+                   help="the disk-tier benchmark instead: a heat equation whose snapshots do "
+                        "not fit the RAM budget (1024x1024, 2000 steps, 160 MB; --quick: 256x256)")
     args = p.parse_args(argv)
+    if args.disk:
+        from . import disk
+        print(f"disk benchmark ({'quick' if args.quick else 'full'})", flush=True)
+        rows = disk.measure(args.quick)
+        table = disk.markdown(rows)
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(disk.as_dicts(rows)[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(disk.as_dicts(rows))
+        write_atomic(os.path.join(args.out, "disk.csv"), buf.getvalue().encode())
+        write_atomic(os.path.join(args.out, "disk.md"), table.encode())
+        print(table)
+        return 0 if all(r.status == "ok" for r in rows) else 1
     cfg = dict(QUICK if args.quick else FULL)
     cfg["fractions"] = args.fractions or cfg["fractions"]
     cfg["repeats"] = args.repeats or cfg["repeats"]
