@@ -112,9 +112,12 @@ def flat_leaves(tree):
 
 
 def assert_trees_close(a, b, rtol=1e-10, atol=1e-13):
+    """Same leaves, shapes and dtype kinds; values within rtol/atol."""
     la, lb = flat_leaves(a), flat_leaves(b)
     assert len(la) == len(lb)
     for x, y in zip(la, lb):
+        assert numpy.shape(x) == numpy.shape(y), (numpy.shape(x), numpy.shape(y))
+        assert numpy.asarray(x).dtype.kind == numpy.asarray(y).dtype.kind, (x, y)
         numpy.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
 
 

@@ -150,3 +150,20 @@ def test_while_loop_second_order(s):
     close(hessian_vector_product(f(run), 1)(p0, y0, v), hessian_vector_product(f(ref), 1)(p0, y0, v))
     close(grad(grad(f(run), 0), 0)(p0, y0), grad(grad(f(ref), 0), 0)(p0, y0))
     close(make_jvp(lambda y: f(run)(p0, y))(y0)(v), make_jvp(lambda y: f(ref)(p0, y))(y0)(v))
+
+
+@pytest.mark.parametrize("as_dict", [False, True])
+def test_mixed_orders_with_params_boxed_as_one_container(as_dict):
+    """grad w.r.t. a tuple/dict of weights boxes it whole; the tangent loop gets one ZERO for it
+    (review finding: forward-over-reverse and reverse-over-forward used to crash)."""
+    params, h0, xs = rnn_problem(6, H=3, B=2, D=2, seed=1)
+    loop, ref = pair(tanh_rnn, 6, 2)
+    v = rand_like(h0, 5)
+    pack = (lambda p: {"W": p[0], "U": p[1], "b": p[2]}) if as_dict else (lambda p: p)
+    unpack = (lambda p: (p["W"], p["U"], p["b"])) if as_dict else (lambda p: p)
+    L = lambda run: (lambda p, h: np.sum(run(unpack(p), h, xs) ** 3))
+    close(make_jvp(lambda h: grad(L(loop), 0)(pack(params), h))(h0)(v)[1],
+          make_jvp(lambda h: grad(L(ref), 0)(pack(params), h))(h0)(v)[1])
+    rof = lambda run: grad(lambda p: np.sum(make_jvp(lambda h: run(unpack(p), h, xs))(h0)(v)[1]
+                                            ** 2))(pack(params))
+    close(rof(loop), rof(ref))

@@ -36,8 +36,8 @@ from autograd.core import JVPNode, vspace
 from autograd.core import make_vjp as _make_vjp
 from autograd.tracer import isbox, new_box, trace_stack
 
-from ..tree import flatten, unflatten
-from .boundary import Call, differentiable, expand_boxes, zeros
+from ..tree import LEAF, flatten, num_leaves, unflatten
+from .boundary import Call, InternalError, differentiable, expand_boxes, zeros
 
 
 class _Zero:
@@ -55,16 +55,38 @@ class _Zero:
 ZERO = _Zero()
 
 
+def aligned_tangents(treedef: Any, tangent: Any) -> list:
+    """The tangent's leaves, one per leaf of the value with structure ``treedef``.
+
+    A ZERO (or None) stands for a whole subtree: an argument that autograd boxed as one
+    container (``grad`` w.r.t. a dict of weights) gets a single ZERO, whose value has many leaves.
+    """
+    if tangent is None or tangent is ZERO:
+        return [ZERO] * num_leaves(treedef)
+    if treedef is LEAF:
+        return [tangent]
+    kind, keys, children = treedef
+    if kind is dict:
+        parts = [tangent[k] for k in keys]
+    else:
+        parts = list(tangent)
+        if len(parts) != len(children):
+            raise InternalError(f"a tangent has {len(parts)} children where its value has "
+                                f"{len(children)}")
+    return [leaf for c, part in zip(children, parts, strict=True)
+            for leaf in aligned_tangents(c, part)]
+
+
 def jvp_call(fn: Callable, args: tuple, tangents: tuple) -> tuple:
     """``fn(*args)`` and its directional derivative along ``tangents`` (trees, ZERO leaves)."""
     with trace_stack.new_trace() as trace:
         boxed = []
-        for a, t in zip(args, tangents):
+        for a, t in zip(args, tangents, strict=True):
             leaves, d = flatten(a)
-            t_leaves = flatten(t)[0] if t is not None else [ZERO] * len(leaves)
+            t_leaves = aligned_tangents(d, t)
             boxed.append(unflatten(d, [
                 new_box(v, trace, JVPNode.new_root(g)) if g is not ZERO and differentiable(v)
-                else v for v, g in zip(leaves, t_leaves)]))
+                else v for v, g in zip(leaves, t_leaves, strict=True)]))
         leaves, d = flatten(expand_boxes(fn(*boxed)))
         values, tans = [], []
         for leaf in leaves:
@@ -90,9 +112,8 @@ def _dense(value: Any, tangent: Any) -> Any:
 def _pairs(y: Any, ty: Any) -> Any:
     """Per-step outputs of the tangent loop: each leaf of ``y`` stacked with its tangent."""
     y_leaves, y_def = flatten(y)
-    t_leaves = flatten(ty)[0] if ty is not ZERO else [ZERO] * len(y_leaves)
     return unflatten(y_def, [anp.stack([v, _zero_tangent(v) if t is ZERO else t])
-                             for v, t in zip(y_leaves, t_leaves)])
+                             for v, t in zip(y_leaves, aligned_tangents(y_def, ty), strict=True)])
 
 
 class TangentStep:
@@ -109,7 +130,8 @@ class TangentStep:
         else:
             s1, ts1 = out, tout
         s1_leaves, s1_def = flatten(s1)
-        new_ts = unflatten(s1_def, [_dense(v, t) for v, t in zip(s1_leaves, flatten(ts1)[0])])
+        new_ts = unflatten(s1_def, [_dense(v, t) for v, t in
+                                    zip(s1_leaves, aligned_tangents(s1_def, ts1), strict=True)])
         if not self.with_outputs:
             return (s1, new_ts)
         return (s1, new_ts), _pairs(y, ty)

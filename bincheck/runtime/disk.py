@@ -4,7 +4,8 @@ Only numeric arrays go to disk, written and read with numpy's own ``.npy`` forma
 ``allow_pickle=False`` (no pickle of user objects). Each file's size and a CRC32 of its data are
 kept in memory and checked when it is read: a truncated or corrupted file raises
 :class:`CorruptSnapshotError` (never a wrong gradient). dtypes are preserved, integer leaves
-round-trip exactly, and Python scalars come back as the same Python type.
+round-trip exactly; shapes (0-d included) are kept, Python scalars come back as the same Python
+type and numpy scalars as numpy scalars of their dtype.
 
 Lifetime: a file is removed as soon as its snapshot is freed; the directory is removed by
 :meth:`DiskStore.close`, which the loop calls after the sweep, after any exception (including
@@ -68,8 +69,13 @@ class DiskStore:
         self._entries[index] = (treedef, files)
 
     def _write(self, index: int, k: int, leaf: Any) -> tuple:
-        pytype = type(leaf) if type(leaf) in (int, float, complex) else None
-        array = np.ascontiguousarray(leaf)
+        # How to give the leaf back exactly: a Python scalar as its type, a numpy scalar as a
+        # numpy scalar of its dtype, an array (0-d included) as an array of its shape.
+        kind = type(leaf) if type(leaf) in (bool, int, float, complex) else \
+            np.generic if isinstance(leaf, np.generic) else None
+        array = np.asarray(leaf)
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
         if array.dtype.kind not in "biufc":
             raise TypeError(f"only numeric arrays go to disk; state leaf {k} of snapshot "
                             f"{index} has dtype {array.dtype}")
@@ -83,14 +89,14 @@ class DiskStore:
                                      f"{err.strerror}", name) from None
         size = os.path.getsize(name)
         self.bytes_written += array.nbytes
-        return name, size, zlib.crc32(array.data), array.dtype, array.shape, pytype
+        return name, size, zlib.crc32(array.tobytes()), array.dtype, array.shape, kind
 
     def get(self, index: int) -> Any:
         treedef, files = self._entries[index]
         return unflatten(treedef, [self._read(*entry) for entry in files])
 
     def _read(self, name: str, size: int, crc: int, dtype: Any, shape: tuple,
-              pytype: type | None) -> Any:
+              kind: type | None) -> Any:
         try:
             actual = os.path.getsize(name)
             with open(name, "rb") as f:
@@ -99,13 +105,15 @@ class DiskStore:
             raise CorruptSnapshotError(f"snapshot file {name!r} cannot be read back "
                                        f"({err}): refusing to compute a gradient from it") from None
         if actual != size or array.dtype != dtype or array.shape != shape or \
-                zlib.crc32(np.ascontiguousarray(array).data) != crc:
+                zlib.crc32(array.tobytes()) != crc:
             raise CorruptSnapshotError(
                 f"snapshot file {name!r} changed since it was written (size {actual} vs {size} "
                 f"bytes, or its checksum): refusing to compute a gradient from it")
         self.bytes_read += array.nbytes
-        if pytype is not None:
-            return pytype(array.item())
+        if kind is np.generic:
+            return array[()]
+        if kind is not None:
+            return kind(array.item())
         array.setflags(write=False)
         return array
 
