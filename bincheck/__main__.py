@@ -1,7 +1,9 @@
 """Command line: ``python -m bincheck plan SEQ_LEN NUM_CKPTS`` prints a plan's summary;
 ``python -m bincheck plan SEQ_LEN --memory 50MB --state-bytes 256KB`` plans within bytes.
+``--actions`` lists the actions, ``--draw`` draws them in the terminal (one row per action) and
+``--plot FILE`` draws the Revolve diagram into an image (matplotlib).
 
-Planning only: it needs neither autograd nor numpy.
+Planning only: it needs neither autograd nor numpy (``--plot`` needs matplotlib).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import re
 import sys
 
 from .schedule.budget import Sizes, format_bytes, memory_for, parse_bytes, plan
+from .schedule.render import MAX_TEXT_STEPS, draw_text
 from .schedule.validate import short_repr
 
 _DIGITS = re.compile(r"[0-9]+")
@@ -56,6 +59,11 @@ def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                    help="checkpoints: states held at once, the initial state included (or give "
                         "--memory)")
     p.add_argument("--actions", action="store_true", help="also list every action (small plans)")
+    p.add_argument("--draw", action="store_true", help="also draw the schedule in the terminal: "
+                   "one row per action, one column per state index (at most "
+                   f"{MAX_TEXT_STEPS} steps)")
+    p.add_argument("--plot", metavar="FILE", help="draw the schedule as the Revolve diagram "
+                   "(time vs state index) into FILE: .png, .svg or .pdf (needs matplotlib)")
     g = p.add_argument_group("planning within bytes (sizes as 256KB, 1.5GiB, ...)")
     g.add_argument("--memory", type=_bytes, help="bytes for snapshots, kept tapes and the "
                    "working set (instead of NUM_CKPTS)")
@@ -101,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
                             taped_step_seconds=args.taped_step_seconds)
         else:
             schedule = plan(args.seq_len, args.num_ckpts)
+        if args.draw and args.seq_len > MAX_TEXT_STEPS:
+            sub.error(f"--draw has one column per step, at most {MAX_TEXT_STEPS} steps; use "
+                      f"--plot FILE for {args.seq_len} steps")
     except ValueError as err:
         sub.error(str(err))
     try:
@@ -108,12 +119,26 @@ def main(argv: list[str] | None = None) -> int:
         if args.actions:
             for action in schedule:
                 print(" ", action)
+        if args.draw:
+            print()
+            print(draw_text(schedule))
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away (``... | head``): stop quietly, as Unix tools do. Point stdout at
         # devnull so the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    if args.plot is not None:
+        from .schedule.render import plot
+        try:
+            plot(schedule, args.plot)
+        except ImportError as err:
+            print(f"python -m bincheck: {err}", file=sys.stderr)
+            return 1
+        except (OSError, ValueError) as err:
+            print(f"python -m bincheck: cannot draw into {args.plot!r}: {err}", file=sys.stderr)
+            return 1
+        print(f"wrote {args.plot}")
     return 0
 
 
