@@ -23,7 +23,7 @@ def test_text_golden_lines_plan_10_3():
     text = draw_text(plan(10, 3))
     assert text.startswith(LEGEND)
     lines = text.splitlines()
-    assert lines[5] == "   # plain taped  action                   0''''5''''0"
+    assert lines[5] == "   # plain taped  action                   0    5    0"
     assert lines[4].endswith("1")                       # tens of the ruler
     r = rows(text)
     assert len(r) == len(list(plan(10, 3))) == 40

@@ -64,11 +64,11 @@ def draw_text(schedule: Iterable[Action], seq_len: int | None = None) -> str:
     tracker = Tracker(n)
     width = max(24, len(_label(Reverse(n, n))) + 2)
     tens = "".join(str(i // 10 % 10) if i % 10 == 0 and i >= 10 else " " for i in range(n + 1))
-    units = "".join(str(i % 10) if i % 5 == 0 else "'" for i in range(n + 1))
+    units = "".join(str(i % 10) if i % 5 == 0 else " " for i in range(n + 1))
     lines = [LEGEND, ""]
     if n >= 10:
         lines.append(f"{'':>4} {'':>5} {'':>5}  {'':<{width}} {tens}".rstrip())
-    lines.append(f"{'#':>4} {'plain':>5} {'taped':>5}  {'action':<{width}} {units}")
+    lines.append(f"{'#':>4} {'plain':>5} {'taped':>5}  {'action':<{width}} {units}".rstrip())
     for k, action in enumerate(schedule, 1):
         tracker.apply(action)
         cells = ["." if i < tracker.adjoint_index else " " for i in range(n + 1)]
