@@ -100,7 +100,8 @@ def test_sphinx_build_has_no_warnings(tmp_path):
         "bincheck.parse_bytes", "bincheck.simulate", "bincheck.Cost", "bincheck.EqualSegments",
         "bincheck.schedule.MixedPlan", "bincheck.schedule.disk.DiskPlan",
         "bincheck.NondeterministicStepError", "bincheck.autograd.InternalError",
-        "bincheck.runtime.disk.CorruptSnapshotError", "bincheck.schedule.render.plot"]
+        "bincheck.runtime.disk.CorruptSnapshotError", "bincheck.schedule.render.diagram",
+        "bincheck.__main__.plot"]
     wanted += [f"bincheck.LoopStats.{f}" for f in bincheck.LoopStats.__dataclass_fields__]
     missing = [w for w in wanted if f'id="{w}"' not in api]
     assert not missing, f"not in the API reference: {missing}"

@@ -1,4 +1,5 @@
-"""Schedule pictures: the terminal rendering (golden lines) and the Revolve diagram (a file)."""
+"""Schedule pictures: the terminal rendering (golden lines), the Revolve diagram's geometry, and
+its painting into a file."""
 
 import pytest
 
@@ -6,7 +7,8 @@ from bincheck import plan
 from bincheck.schedule import ScheduleError
 from bincheck.schedule.actions import Advance, Reverse, Snapshot
 from bincheck.schedule.disk import DiskPlan
-from bincheck.schedule.render import LEGEND, draw_text, plot
+from bincheck.__main__ import plot
+from bincheck.schedule.render import LEGEND, diagram, draw_text
 
 
 def rows(text):
@@ -53,6 +55,23 @@ def test_text_refuses_invalid_streams_and_wide_plans():
         draw_text([Snapshot(0), Advance(0, 2), Reverse(1, 3)], seq_len=3)
     with pytest.raises(ValueError, match="--plot"):
         draw_text(plan(500, 10))
+
+
+def test_diagram_geometry_plan_3_2():
+    # Snapshot(0) Advance(0,1) Snapshot(1) Advance(1,2) Reverse(2,3) Restore(1) Reverse(1,2)
+    # Free(1) Restore(0) Reverse(0,1) Free(0)
+    d = diagram(plan(3, 2))
+    assert d.title.startswith("binomial plan: 3 steps, 2 checkpoints")
+    assert d.time == 5 and (d.plain_steps, d.taped_steps, d.peak_checkpoints) == (2, 3, 2)
+    assert d.advance == [((0, 0), (1, 1)), ((1, 1), (2, 2))]
+    assert d.taped == [((2, 2), (3, 3)), ((3, 1), (4, 2)), ((4, 0), (5, 1))]
+    assert d.adjoint == [((3, 3), (3, 2)), ((3, 2), (4, 2)), ((4, 2), (4, 1)),
+                         ((4, 1), (5, 1)), ((5, 1), (5, 0))]
+    assert d.restore == [((3, 2), (3, 1)), ((4, 1), (4, 0))]
+    assert d.snapshots == {"ram": [(0, 0), (1, 1)], "disk": []}
+    assert d.held["ram"] == [((1, 1), (4, 1)), ((0, 0), (5, 0))]
+    disk = diagram(DiskPlan(30, 3, 2.0, 2.0))
+    assert len(disk.snapshots["disk"]) == disk.disk_writes > 0
 
 
 def test_png_written(tmp_path):
