@@ -1,5 +1,6 @@
 """Sphinx configuration: reference docs built from the docstrings (autodoc + napoleon) and the
-pages beside this file. Build: ``python -m sphinx -W -b html docs docs/_build/html``."""
+pages beside this file. Build: ``python -m sphinx -W -b html docs build/docs`` (``build/`` is
+git-ignored)."""
 
 import os
 import sys

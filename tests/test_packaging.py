@@ -65,7 +65,8 @@ def test_wheel_contents(wheel):
     assert any(n.endswith(".dist-info/LICENSE") or n.endswith(".dist-info/licenses/LICENSE")
                for n in names), sorted(n for n in names if "dist-info" in n)
     packages = {os.path.relpath(d, ROOT).replace(os.sep, "/")
-                for d, _, files in os.walk(os.path.join(ROOT, "bincheck")) if "__init__.py" in files}
+                for d, _, files in os.walk(os.path.join(ROOT, "bincheck"))
+                if "__init__.py" in files}
     assert packages >= {"bincheck", "bincheck/schedule", "bincheck/runtime", "bincheck/autograd"}
     for pkg in packages:
         assert f"{pkg}/__init__.py" in names, pkg

@@ -22,7 +22,7 @@ rng = numpy.random.RandomState(0)
 params = {"W": rng.randn(H, H) * 0.1, "E": rng.randn(V, H) * 0.1, "b": numpy.zeros(H),
           "Wo": rng.randn(H, V) * 0.1, "bo": numpy.zeros(V)}
 text = rng.randint(V, size=(T + 1, B))
-inputs = {"chars": text[:-1], "targets": text[1:]}    # integers travel in inputs, not differentiated
+inputs = {"chars": text[:-1], "targets": text[1:]}    # integers: carried, not differentiated
 h0 = numpy.zeros((B, H))
 
 loop = binomial_checkpoint(step, T, num_ckpts=20, output_fn=readout)
