@@ -56,3 +56,29 @@ def test_old_names_still_work():
     assert p.peak_slots == p.peak_checkpoints == simulate(p).peak_slots == 3
     assert EqualSegments(10, 4).peak_slots == 4
     assert LoopStats(peak_snapshots=5).peak_checkpoints == 5
+
+
+def test_draw_prints_one_row_per_action():
+    out = run("plan", "10", "3", "--draw")
+    assert out.returncode == 0, out.stderr
+    assert "   7     9     1  Reverse(9, 10)           o...o..o.<" in out.stdout
+    out = run("plan", "20", "--memory", "2000", "--state-bytes", "300", "--tape-bytes", "200",
+              "--work-bytes", "100", "--draw")
+    assert out.returncode == 0, out.stderr
+    assert "Reverse(13, 20)          o...o........<======" in out.stdout
+
+
+def test_draw_refuses_wide_plans():
+    out = run("plan", "1000", "10", "--draw")
+    assert out.returncode == 2 and "--plot FILE" in out.stderr
+
+
+def test_plot_writes_an_image(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "schedule.png"
+    out = run("plan", "20", "4", "--plot", str(path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.rstrip().endswith(f"wrote {path}")
+    assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 5000
+    bad = run("plan", "20", "4", "--plot", str(tmp_path / "missing" / "x.png"))
+    assert bad.returncode == 1 and "cannot draw into" in bad.stderr and "Traceback" not in bad.stderr

@@ -1,5 +1,6 @@
 """``python -m benchmarks.while_loop``: loops of unknown length, in the spirit of the notes on
-bounded while loops in JAX (where memory is sized for ``max_steps``, not for the actual ``n``).
+bounded while loops in JAX (where memory is sized for ``max_steps``, not for the actual ``n``;
+see README.md for what Equinox's bounded and checkpointed loops do).
 
 Problem: explicit Euler for ``y' = tanh(W y) - y`` until ``t >= T_end`` with a state-dependent step
 size; gradient of ``sum(y_final**2)`` w.r.t. ``W`` and ``y0``. ``max_steps = M``; runs with
@@ -7,7 +8,8 @@ size; gradient of ``sum(y_final**2)`` w.r.t. ``W`` and ``y0``. ``max_steps = M``
 
 * ``store-all``: the plain Python ``while`` under autograd (tape grows with n);
 * ``sqrt(M) segments``: store every ceil(sqrt(M))-th state, tape one segment at a time
-  (``EveryKPlanner``; JAX's nested-checkpoint bounded loop, without its O(M) preallocation);
+  (``EveryKPlanner``: one level of segments, like Equinox's bounded loop with ``base = sqrt(M)``
+  but storing only the segment starts reached, not buffers sized for M);
 * ``offline binomial (n known)``: ``binomial_checkpoint`` with the true n, as if it were known;
 * ``checkpointed_while_loop``: online binomial placement with the same num_ckpts.
 
