@@ -167,3 +167,14 @@ def test_second_order_through_a_budgeted_loop():
     v = numpy.random.RandomState(0).randn(*params[0].shape)
     assert_trees_close(hessian_vector_product(f)(params[0], v),
                        hessian_vector_product(f0)(params[0], v), rtol=1e-8, atol=1e-12)
+
+
+def test_tiny_budgets_plan_fast_with_a_warning():
+    """Where the mixed optimum needs the exact DP (minutes at 10^4 steps), plan Revolve and say
+    so, with a proven lower bound (review finding: the first gradient planned for minutes)."""
+    import time
+    t0 = time.perf_counter()
+    with pytest.warns(RuntimeWarning, match=r"storing states only.*optimum is at least \d+"):
+        p = plan(10_000, memory=int(0.006 * 10_000 * 140 * 1024), state_bytes="64KiB",
+                 tape_bytes="140KiB")
+    assert isinstance(p.schedule, Plan) and time.perf_counter() - t0 < 5

@@ -257,3 +257,26 @@ def test_zero_d_and_numpy_scalar_state_leaves_through_disk(tmp_path):
     assert numpy.shape(g[1]) == ()
     assert loop.stats.disk_bytes_written > 0
     numpy.testing.assert_allclose(g, g0, rtol=1e-12)
+
+
+def test_forward_mode_writes_no_snapshots(tmp_path):
+    """make_jvp through disk loops: no VJP can follow, so nothing goes to disk (review finding)."""
+    from autograd import make_jvp
+    cond = lambda a, st: st[0] < 40
+    body = lambda a, st: (st[0] + 1, heat(a, st[1], None))
+    run = checkpointed_while_loop(cond, body, memory="600kB", disk=str(tmp_path))
+    written = []
+    real_put = DiskStore.put
+
+    def put(self, index, state):
+        written.append(index)
+        return real_put(self, index, state)
+    DiskStore.put = put
+    try:
+        make_jvp(lambda a: np.sum(run(a, (0, U0))[1]))(0.1)(1.0)
+        loop = binomial_checkpoint(heat, 40, memory="600kB", disk=str(tmp_path))
+        make_jvp(lambda a: np.sum(loop(a, U0, None)))(0.1)(1.0)
+    finally:
+        DiskStore.put = real_put
+    assert written == [0, 1] * 2             # the two probes' timing writes only
+    assert os.listdir(tmp_path) == []

@@ -142,3 +142,20 @@ def test_long_arguments_are_not_echoed_in_full():
     with pytest.raises(TypeError) as info:
         binomial_checkpoint(tanh_rnn, "7" * 10_000, 2)
     assert len(str(info.value)) < 300
+
+
+def test_planner_factory_must_return_a_planner():
+    from bincheck import WhileLoop
+    run = WhileLoop(lambda p, s: s < 3, lambda p, s: s + 1, 2, planner=lambda n: object())
+    with pytest.raises(TypeError, match=r"planner\(num_ckpts\) must return an online planner"):
+        grad(lambda p: run(p, 0.0))(1.0)
+
+
+def test_budget_arguments_are_checked_up_front(tmp_path):
+    with pytest.raises(ValueError, match="memory is too large"):
+        binomial_checkpoint(tanh_rnn, 5, memory="9" * 400 + " B")
+    with pytest.raises(FileNotFoundError, match="no-such-dir.*no such directory"):
+        binomial_checkpoint(tanh_rnn, 5, memory="1MB", disk=str(tmp_path / "no-such-dir"))
+    with pytest.raises(TypeError, match="max_relative_time must be a number"):
+        from bincheck import Sizes, memory_for
+        memory_for(10, "a", Sizes(8, None, 0, 1e-3, 1e-3))

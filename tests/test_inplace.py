@@ -111,3 +111,14 @@ def test_read_only_views_cost_no_copy():
     binomial_checkpoint(step, 3, 3)(1.0, h0, None)
     assert numpy.shares_memory(seen[0], h0) and not seen[0].flags.writeable
     assert h0.flags.writeable
+
+
+def test_results_of_plain_calls_are_writable():
+    """A plain call's result is the caller's to modify, as the plain loop's would be (review)."""
+    params, h0, xs = rnn_problem(5)
+    out = binomial_checkpoint(tanh_rnn, 5, 2)(params, h0, xs)
+    out += 1.0
+    run = checkpointed_while_loop(lambda p, st: st[0] < 4, lambda p, st: (st[0] + 1, st[1] * p), 2)
+    t, y = run(0.5, (0, numpy.ones(3)))
+    y *= 2.0
+    numpy.testing.assert_array_equal(y, 2 * 0.5 ** 4 * numpy.ones(3))

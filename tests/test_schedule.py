@@ -176,3 +176,11 @@ def test_equal_segments_schedule(l, n):
     assert cost.plain_steps + l - seg.first_reverse_start == l   # one forward sweep, no recompute
     lengths = [b - a for a, b in zip(seg.bounds, seg.bounds[1:])]
     assert max(lengths) - min(lengths) <= 1 and sum(lengths) == l
+
+
+@pytest.mark.parametrize("action", [Snapshot(-1), Restore(-1), Free(-1), Advance(-1, 0),
+                                    Reverse(-1, 0)])
+def test_negative_indices_are_refused(action):
+    """-1 is the tracker's own 'consumed' marker; no action may name it (review finding)."""
+    with pytest.raises(ScheduleError, match="state indices are >= 0"):
+        simulate([Snapshot(0), Reverse(0, 1), action], 1)

@@ -5,7 +5,8 @@ after construction. Everything one call needs — its planner, snapshots, execut
 — lives on that call (:class:`~.boundary.Call`), so one loop can be used from two threads, twice in
 one loss, or from inside its own step. Two attributes are *published results*, replaced whole when
 a call finishes: ``loop.stats`` (the last call whose reverse sweep completed: its forward and
-reverse) and, for while loops, ``run.num_steps`` (the last call's length).
+reverse; ``run.num_steps`` of a while loop is ``run.stats.num_steps``) and, with a memory budget,
+``loop.last_plan``, replaced at the same moment.
 
 The loop is one primitive with its own VJP, as autograd's ``misc/fixed_points.py`` writes a loop;
 its derivative is another loop (:meth:`_LoopBase.derivative_loop`), which is how the rules of
@@ -30,14 +31,14 @@ from ..runtime.store import MemoryStore
 from ..schedule.actions import Reverse
 from ..schedule.binomial import Plan
 from ..schedule.budget import BudgetPlan, MemoryBudget, Sizes, memory_for, parse_bytes
-from ..schedule.simulate import ScheduleError
+from ..schedule.simulate import ScheduleError, simulate
 from ..schedule.validate import check_bool, check_callable, check_positive_int, short_repr
 from ..tree import flatten, unflatten
 from .boundary import Call, Group, Pending, reverse_traced, values
 from .budgets import SizeCache
 from .primitives import loop_primitive
 from .outputs import Outputs
-from .steps import PlainStepper, freeze
+from .steps import PlainStepper, freeze, release
 from .tangent import ZERO, TangentOutput, TangentStep
 from .tape import tape_segment
 from .verify import RTOL
@@ -46,7 +47,7 @@ from .verify import RTOL
 class _LoopBase:
     """What both front ends share: entering the primitive and the derivative loop."""
 
-    _published = ("stats", "num_steps")
+    _published = ("stats",)
     fn: Callable
     with_outputs: bool
     verify: bool
@@ -79,6 +80,11 @@ class _LoopBase:
     @property
     def has_outputs(self) -> bool:
         return self.with_outputs or self.output_fn is not None
+
+    def publish(self, call: Call, stats: LoopStats) -> None:
+        """Make one call's results the loop's published ones (called when the call completes)."""
+        stats.num_steps = call.n
+        self.stats = stats
 
     def _outputs(self, seq_len: int) -> Outputs | None:
         if not self.has_outputs:
@@ -163,9 +169,12 @@ class CheckpointedLoop(_LoopBase):
         if self.budget is not None:
             plan = self.budget.plan(self.seq_len, self.schedule.memory, sizes,
                                     self.schedule.disk is not None)
-            self.last_plan = plan
+            self.last_plan = plan           # a preview is published like a completed call
             return plan
-        states = min(self.schedule.peak_checkpoints, self.seq_len)
+        peak = getattr(self.schedule, "peak_checkpoints", None)
+        if peak is None:                    # a custom schedule: count it
+            peak = simulate(self.schedule).peak_checkpoints
+        states = min(peak, self.seq_len)
         return BudgetPlan(self.seq_len, sizes.work_bytes + states * sizes.state_bytes,
                           replace(sizes, tape_bytes=None))
 
@@ -198,7 +207,7 @@ class CheckpointedLoop(_LoopBase):
         x_leaves, x_def = flatten(inputs)
         ys = self._outputs(self.seq_len)
         stepper = self._stepper(params, init_state, x_leaves, x_def, LoopStats(), ys)
-        state = stepper.advance(freeze(init_state), 0, self.seq_len)
+        state = release(stepper.advance(freeze(init_state), 0, self.seq_len))
         return (state, ys.value) if self.has_outputs else state
 
     def _check_inputs(self, inputs: Any) -> None:
@@ -219,6 +228,11 @@ class CheckpointedLoop(_LoopBase):
                     f"inputs must have leading axis of length seq_len={self.seq_len} "
                     f"(step t receives inputs[t]); got {got}{which} (shape {shape}){hint}")
 
+    def publish(self, call: Call, stats: LoopStats) -> None:
+        super().publish(call, stats)
+        if self.budget is not None:
+            self.last_plan = call.schedule
+
     def derivative_schedule(self, call: Call) -> Any:
         if self.budget is None:
             return self.schedule
@@ -229,10 +243,8 @@ class CheckpointedLoop(_LoopBase):
             return self.schedule
         sizes = self.budget.sizes(self, stepper, state0, call.boxed_leaves(0),
                                   call.boxed_leaves(2), self._disk)
-        plan = self.budget.plan(self.seq_len, self.schedule.memory, sizes,
+        return self.budget.plan(self.seq_len, self.schedule.memory, sizes,
                                 self._disk is not None)
-        self.last_plan = plan
-        return plan
 
     def forward(self, call: Call, args: tuple) -> Any:
         """Run the schedule up to its first ``Reverse`` (the first sweep), then to the end."""
@@ -248,6 +260,7 @@ class CheckpointedLoop(_LoopBase):
             # Forward mode only: no VJP can follow, so keep no snapshots.
             final = stepper.advance(state0, 0, self.seq_len)
             call.pending = Pending(None, None, stepper, stats)
+            self.publish(call, stats)
             return (final, ys.value) if self.has_outputs else final
         store = MemoryStore(DiskStore(None if self._disk is True else self._disk)
                             if self._disk is not None else None)
@@ -304,7 +317,13 @@ def check_disk(disk: Any, memory: Any) -> Any:
     if memory is None:
         raise TypeError("disk=... needs memory=... (the RAM budget; states beyond it go to "
                         "disk)")
-    return disk if disk is True else os.fspath(disk)
+    if disk is True:
+        return True
+    path = os.fspath(disk)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"disk={short_repr(path)}: no such directory (bincheck writes its "
+                                f"snapshots into a private subdirectory of an existing one)")
+    return path
 
 
 def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None,

@@ -40,6 +40,20 @@ def freeze(tree: Any) -> Any:
     return readonly(tree) if type(tree) is np.ndarray else map_leaves(readonly, tree)
 
 
+def release(tree: Any) -> Any:
+    """A result handed back to the caller: bincheck's read-only views replaced by what they view
+    (writable, as the plain loop's result would be), or by a copy when they view part of it."""
+    def one(v: Any) -> Any:
+        base = getattr(v, "base", None)
+        if not isinstance(v, np.ndarray) or v.flags.writeable or not isinstance(base, np.ndarray) \
+                or not base.flags.writeable:
+            return v
+        same = v.shape == base.shape and v.strides == base.strides and v.dtype == base.dtype and \
+            v.__array_interface__["data"][0] == base.__array_interface__["data"][0]
+        return base if same else v.copy()
+    return map_leaves(one, tree)
+
+
 def _thaw(tree: Any) -> Any:
     """A writable deep copy of the tree's ndarray leaves (for diagnosis only)."""
     return map_leaves(lambda v: v.copy() if isinstance(v, np.ndarray) else v, tree)

@@ -143,5 +143,5 @@ def reverse_sweep(call: Call, argnums: tuple, args: tuple, g: tuple) -> tuple:
         (sizes.work_bytes if sizes is not None else 0)
     result = sweep.cotangents(call, argnums)
     pending.stats.library_seconds += time.perf_counter() - t0
-    call.loop.stats = pending.stats          # publish one whole call's stats at once
+    call.loop.publish(call, pending.stats)   # one whole call's results, at once
     return result

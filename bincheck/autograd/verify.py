@@ -15,10 +15,11 @@ recomputed state for which it holds a reference:
 * every recomputed per-step output ``y`` is compared with the forward's.
 
 Memory: the retired snapshots (at most the schedule's snapshots again) and one more state.
-Tolerance: float leaves match when ``max|a - b| <= rtol * S``, ``S`` the largest magnitude in the
-reference state (or output), ``rtol = 1e-9``: round-off is relative to the magnitudes a step
-combines, so a leaf that is a difference of equal sums cannot raise on round-off. Integer leaves
-must match exactly.
+Tolerance: a float leaf matches when ``max|a - b| <= rtol * S``, ``rtol = 1e-9``, ``S`` the
+leaf's largest magnitude but at least ``1e-6`` times the largest magnitude in the whole state (or
+output): round-off is relative to the magnitudes a step combines, so a leaf that is a difference
+of equal sums cannot raise on round-off, while a large leaf elsewhere in the state does not hide
+a discrepancy in a small one. Integer leaves must match exactly.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ..schedule.actions import Action, Advance, Free, Restore
 from ..tree import flatten
 
 RTOL = 1e-9
+FLOOR = 1e-6       # a leaf's scale is at least this fraction of the state's largest magnitude
 
 
 class NondeterministicStepError(RuntimeError):
@@ -42,13 +44,15 @@ def compare(what: str, reference: list, leaves: list, rtol: float, how: str,
             suspect: int | None = None) -> None:
     """Raise NondeterministicStepError unless ``leaves`` match ``reference`` (see module doc)."""
     pairs = [(np.asarray(getval(a)), np.asarray(getval(b))) for a, b in zip(leaves, reference)]
-    scale = max((float(np.max(np.abs(b))) for _, b in pairs if b.size and b.dtype.kind in "fc"),
-                default=0.0)
+    scales = [float(np.max(np.abs(b))) if b.size and b.dtype.kind in "fc" else 0.0
+              for _, b in pairs]
+    floor = FLOOR * max(scales, default=0.0)
     for k, (a, b) in enumerate(pairs):
         if a.shape != b.shape:
             bad = f"shape {a.shape} instead of {b.shape}"
         elif a.dtype.kind in "fc" or b.dtype.kind in "fc":
             err = float(np.max(np.abs(a - b))) if a.size else 0.0
+            scale = max(scales[k], floor)
             if err <= rtol * scale or (np.isnan(err) and np.array_equal(a, b, equal_nan=True)):
                 continue
             bad = f"a difference of up to {err:.3g} (scale {scale:.3g})"

@@ -26,7 +26,7 @@ from ..tree import flatten, unflatten
 from .boundary import Call, Pending
 from .budgets import SizeCache
 from .loops import _LoopBase, _one_of, check_disk
-from .steps import WhileStepper, call_fn, freeze
+from .steps import WhileStepper, call_fn, freeze, release
 
 
 class WhileLoop(_LoopBase):
@@ -60,8 +60,12 @@ class WhileLoop(_LoopBase):
         # A factory of online planners (see bincheck.schedule.online); the default places
         # num_ckpts snapshots with binomial quality. Each call gets its own planner.
         self.make_planner = planner or OnlinePlanner
-        self.num_steps: int | None = None       # steps taken by the last call
         self._freeze()
+
+    @property
+    def num_steps(self) -> int | None:
+        """Steps the last completed call ran (``stats.num_steps``; None before any call)."""
+        return self.stats.num_steps
 
     def __repr__(self) -> str:
         names = [getattr(f, "__name__", repr(f)) for f in (self.cond_fn, self.body_fn)]
@@ -78,7 +82,13 @@ class WhileLoop(_LoopBase):
         disk tier: periodic disk checkpoints, the period from the measured costs)."""
         if self.budget is None:
             call.schedule = self.num_ckpts
-            return self.make_planner(self.num_ckpts)
+            planner = self.make_planner(self.num_ckpts)
+            missing = [m for m in ("start", "advance", "reverse") if not hasattr(planner, m)]
+            if missing:
+                raise TypeError(f"planner(num_ckpts) must return an online planner with start, "
+                                f"advance and reverse (see bincheck.schedule.online); got "
+                                f"{short_repr(planner)}, lacking {', '.join(missing)}")
+            return planner
         if not self._keep_going(stepper.params, state0, 0):
             call.schedule = 1                   # no step: nothing to plan
             return OnlinePlanner(1)
@@ -96,9 +106,12 @@ class WhileLoop(_LoopBase):
         if out is not None:
             return out[0]
         # Not being differentiated: just run the loop, keep nothing.
-        stepper = self._stepper(params, init_state, LoopStats())
-        final, self.num_steps = self._drive(stepper, freeze(init_state), None, None)
-        return final
+        stats = LoopStats()
+        stepper = self._stepper(params, init_state, stats)
+        final, n = self._drive(stepper, freeze(init_state), None, None)
+        stats.num_steps = n
+        self.stats = stats
+        return release(final)
 
     def _stepper(self, params: Any, state: Any, stats: LoopStats) -> WhileStepper:
         return WhileStepper(self.fn, False, params, state, [], flatten(None)[1], stats, None,
@@ -146,6 +159,12 @@ class WhileLoop(_LoopBase):
         stats = LoopStats()
         stepper = self._stepper(params, state0, stats)
         planner = self._planner_for(call, stepper, state0)
+        if not any(call.vjp_args):
+            # Forward mode only: no VJP can follow, so keep no snapshots (and write no files).
+            final, call.n = self._drive(stepper, state0, None, None)
+            call.pending = Pending(None, None, stepper, stats)
+            self.publish(call, stats)
+            return final
         store = MemoryStore(DiskStore(None if self.disk is True else self.disk)
                             if self.disk is not None else None)
         try:
@@ -156,7 +175,7 @@ class WhileLoop(_LoopBase):
             if store.disk is not None:
                 store.disk.close()              # the call's files go with the failed forward
             raise
-        call.n = self.num_steps = n
+        call.n = n
         call.pending = Pending(executor, planner.reverse(n), stepper, stats)
         return final
 

@@ -24,8 +24,12 @@ class LoopStats:
     ``disk_bytes_written`` / ``disk_bytes_read``: array bytes of snapshots written to and read
     from disk (loops with ``disk=...``).
 
+    ``num_steps`` is the number of steps the call ran (a while loop's length).
+
     Each call of a loop fills its own LoopStats; ``loop.stats`` is replaced by a call's object
-    when that call's reverse sweep completes, so it always describes one whole call.
+    when that call completes (its reverse sweep; a plain while-loop run, or a forward-mode-only
+    call, at its end), so it always describes one whole call. Read ``st = loop.stats`` once and
+    take several figures from ``st``: two reads of ``loop.stats`` may see two calls.
     """
 
     plain_steps: int = 0
@@ -38,6 +42,7 @@ class LoopStats:
     peak_bytes: int = 0
     disk_bytes_written: int = 0
     disk_bytes_read: int = 0
+    num_steps: int | None = None
 
     @property
     def peak_checkpoints(self) -> int:

@@ -169,7 +169,8 @@ class Plan:
 
     def __str__(self) -> str:
         l = self.seq_len
-        return (f"binomial plan: {l} steps, {self.num_ckpts} checkpoints (the initial state "
+        noun = "checkpoint" if self.num_ckpts == 1 else "checkpoints"
+        return (f"binomial plan: {l} steps, {self.num_ckpts} {noun} (the initial state "
                 f"included)\n"
                 f"  plain evaluations : {self.plain_steps} ({self.plain_steps / l:.3g} per step; "
                 f"repetition number r = {self.repetitions})\n"

@@ -18,6 +18,7 @@ an estimate that leaves out memory effects (store-all's large tapes often run sl
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -29,6 +30,8 @@ from .validate import check_int, check_positive_int, short_repr
 
 _UNITS = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+# Above this many element operations (a few seconds) the exact mixed DP is not run: see BudgetPlan.
+DP_WORK_LIMIT = 50_000_000
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
 
 
@@ -45,6 +48,8 @@ def parse_bytes(value: object, name: str = "memory") -> int:
                 f"{name} must be a number of bytes or a size such as '200MB' or '1.5 GiB' "
                 f"(units: {', '.join(_UNITS)}); got {short_repr(value)}")
         number = float(match.group(1)) * _UNITS[unit or "B"]
+        if not number < 2**63:
+            raise ValueError(f"{name} is too large: {short_repr(value)}")
         if number < 1:
             raise ValueError(f"{name} must be at least 1 byte; got {short_repr(value)}")
         return int(number)
@@ -120,8 +125,21 @@ class BudgetPlan:
             self.schedule: Plan | MixedPlan = Plan(seq_len, slots)     # states only: Revolve
             self.schedule_bytes = min(slots, seq_len) * sizes.state_bytes
         else:
-            self.schedule = MixedPlan(seq_len, store, sizes.state_bytes, sizes.tape_bytes)
-            self.schedule_bytes = store
+            mixed = MixedPlan(seq_len, store, sizes.state_bytes, sizes.tape_bytes)
+            work = mixed.table.dp_work(seq_len, mixed.checkpoints)
+            if work <= DP_WORK_LIMIT:
+                self.schedule, self.schedule_bytes = mixed, store
+            else:
+                # The optimum has no closed form here and the exact DP would take long: plan
+                # states only (Revolve, closed form) and say what that may cost.
+                self.schedule = Plan(seq_len, slots)
+                self.schedule_bytes = min(slots, seq_len) * sizes.state_bytes
+                warnings.warn(
+                    f"planning {seq_len} steps within {format_bytes(memory)} with kept tapes needs "
+                    f"the exact dynamic program (about {work / 2e7:.0f} s); storing states only "
+                    f"instead: {self.schedule.plain_steps} plain steps, where the optimum is at "
+                    f"least {mixed.table.lower_bound(seq_len, mixed.checkpoints)}",
+                    RuntimeWarning, stacklevel=2)
 
     def __iter__(self) -> Iterator[Action]:
         return iter(self.schedule)
@@ -198,6 +216,9 @@ def memory_for(seq_len: int, max_relative_time: float, sizes: Sizes) -> int:
     if not sizes.step_seconds or not sizes.taped_step_seconds:
         raise ValueError("memory_for needs step_seconds and taped_step_seconds (measure them with "
                          "loop.preview(...), or pass them)")
+    if isinstance(max_relative_time, bool) or not isinstance(max_relative_time, (int, float)):
+        raise TypeError(f"max_relative_time must be a number (times store-all, >= 1); got "
+                        f"{short_repr(max_relative_time)} of type {type(max_relative_time).__name__}")
     if not max_relative_time >= 1.0:
         raise ValueError(f"max_relative_time must be >= 1.0 (store-all itself); got "
                          f"{max_relative_time!r}")

@@ -99,6 +99,20 @@ class ChainTable:
         """How many exact DP rows have been built (0 while every query had a closed form)."""
         return len(self._rows)
 
+    def dp_work(self, n: int, s: int) -> int:
+        """Element operations the exact DP would spend to answer R(n, s): 0 with a closed form."""
+        L = self.leaves
+        if n <= L[s] or n <= self.region(s) or L[s] == 1 or (s and self.in_second_band(n, s)):
+            return 0
+        base = s
+        while base > 0 and base not in self._rows and L[base] > 1:
+            base -= 1
+        return (s - base) * self.seq_len ** 2 // 2
+
+    def lower_bound(self, n: int, s: int) -> int:
+        """A proven lower bound on R(n, s): ``2n - M[s]`` (module docstring, second band)."""
+        return max(0, n - self.leaves[s], 2 * n - self.second_band()[0][s])
+
     def region(self, s: int) -> int:
         """The largest ``n`` for which row ``s`` needs no DP: ``P(0..s)`` (or ``L[s]``)."""
         return self.prefix[s + 1] if self.chain else self.leaves[s]

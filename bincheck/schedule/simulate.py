@@ -53,6 +53,10 @@ class Tracker:
 
     def apply(self, action: Action) -> None:
         kind = type(action)
+        first = action.start if kind is Advance or kind is Reverse else \
+            action.index if kind is Snapshot or kind is Restore or kind is Free else 0
+        if first < 0:
+            self._fail(action, "state indices are >= 0")
         if kind is Advance:
             start, stop = action.start, action.stop
             if start != self.live_index or stop < start or (
