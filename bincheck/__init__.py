@@ -20,7 +20,7 @@ __all__ = ["binomial_checkpoint", "checkpointed_while_loop", "WhileLoop",
            "Plan", "optimal_plain_steps", "simulate", "Cost", "ScheduleError", "Executor",
            "Advance", "Snapshot", "Restore", "Free", "Reverse", "BudgetPlan", "Sizes",
            "memory_for", "parse_bytes"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str) -> Any:

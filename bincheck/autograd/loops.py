@@ -24,7 +24,7 @@ from typing import Any, Callable
 import numpy as np
 from autograd.tracer import isbox
 
-from ..runtime.disk import DiskStore
+from ..runtime.disk import open_disk
 from ..runtime.executor import Executor
 from ..runtime.stats import LoopStats
 from ..runtime.store import MemoryStore
@@ -32,7 +32,8 @@ from ..schedule.actions import Reverse
 from ..schedule.binomial import Plan
 from ..schedule.budget import BudgetPlan, MemoryBudget, Sizes, memory_for, parse_bytes
 from ..schedule.simulate import ScheduleError, simulate
-from ..schedule.validate import check_bool, check_callable, check_positive_int, short_repr
+from ..schedule.validate import (check_bool, check_callable, check_positive_int,
+                                 exactly_one_budget, short_repr)
 from ..tree import flatten, unflatten
 from .boundary import Call, Group, Pending, reverse_traced, values
 from .budgets import SizeCache
@@ -262,8 +263,7 @@ class CheckpointedLoop(_LoopBase):
             call.pending = Pending(None, None, stepper, stats)
             self.publish(call, stats)
             return (final, ys.value) if self.has_outputs else final
-        store = MemoryStore(DiskStore(None if self._disk is True else self._disk)
-                            if self._disk is not None else None)
+        store = MemoryStore(open_disk(self._disk))
         try:
             return self._first_sweep(call, schedule, stepper, state0, store, stats, ys)
         except BaseException:
@@ -300,10 +300,7 @@ class CheckpointedLoop(_LoopBase):
 
 def _one_of(num_ckpts: Any, memory: Any) -> int | None:
     """Exactly one of num_ckpts and memory; returns memory in bytes (None with num_ckpts)."""
-    if (num_ckpts is None) == (memory is None):
-        raise TypeError(f"give exactly one of num_ckpts (states held, the initial one included) "
-                        f"and memory (bytes, e.g. memory='200MB'); got num_ckpts="
-                        f"{short_repr(num_ckpts)} and memory={short_repr(memory)}")
+    exactly_one_budget(num_ckpts, memory)
     return None if memory is None else parse_bytes(memory)
 
 
@@ -334,11 +331,18 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
 
     ``loop = binomial_checkpoint(fn, seq_len, num_ckpts)``; ``loop(params, init_state, inputs)``
     returns the state after ``seq_len`` steps, step ``t`` receiving ``inputs[t]`` (each leaf's
-    ``t``-th slice; ``x=None`` when ``inputs`` is None). With ``with_outputs=True`` ``fn`` returns
-    ``(new_state, y)`` and the loop returns ``(final_state, ys)``, ``ys`` stacking the ``y``.
+    ``t``-th slice; ``x=None`` when ``inputs`` is None).
 
-    ``num_ckpts`` counts the states held at once **including the initial state** (Revolve's
-    convention): with ``seq_len=10, num_ckpts=1`` only the initial state is kept and every step is
+    Per-step outputs: with ``output_fn=readout``, ``readout(params, new_state, x)`` gives step
+    ``t``'s output from the state after step ``t``; it runs once per step in the forward and once
+    under the tape when step ``t`` is reversed, never in recomputations (the recommended way to put
+    a loss on every step). With ``with_outputs=True`` instead, ``fn`` returns ``(new_state, y)``
+    and recomputations recompute ``y``. Either way the loop returns ``(final_state, ys)``; ``y``
+    may be an array, a scalar or a tuple/list/dict of them, and ``ys`` stacks each leaf along a
+    new leading axis of length ``seq_len``.
+
+    ``num_ckpts`` counts the checkpoints (states held at once) **including the initial state**
+    (Revolve's convention): with ``seq_len=10, num_ckpts=1`` only the initial state is kept and every step is
     recomputed from it (45 plain steps); ``num_ckpts=3`` keeps the initial state plus two more (15
     plain steps); ``num_ckpts >= 10`` keeps every state (9 plain steps, no recomputation).
 
@@ -353,7 +357,11 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     does it up front and returns the plan with its predictions) and plans the optimal mix of
     stored states and whole taped segments within the budget (Gruslys et al.'s mixed policy,
     :mod:`bincheck.schedule.mixed`). A budget below one state plus one step's working set raises
-    a ValueError naming the minimum.
+    a ValueError naming the minimum. ``disk=True`` (a private temporary directory) or
+    ``disk="/some/dir"`` (a private subdirectory of it) adds a disk tier: states beyond the RAM
+    budget go to ``.npy`` files, checked on reading and removed when freed, after the sweep and
+    after any error (:mod:`bincheck.runtime.disk`), placed by the Disk-Revolve planner
+    (:mod:`bincheck.schedule.disk`) with the measured write and read times.
 
     ``fn`` must be a pure function of its arguments and must not update them in place: on plain
     steps it receives read-only views (snapshots are references), and an in-place update raises a

@@ -29,12 +29,12 @@ import numpy as np
 from autograd.core import add_outgrads, vspace
 from autograd.util import toposort
 
-from ..runtime.disk import DiskStore
+from ..runtime.disk import open_disk
 from ..schedule.budget import Sizes
 from ..tree import flatten
 from .boundary import differentiable
 from .steps import PlainStepper
-from .tape import tape_segment
+from .tape import _Sink, tape_segment
 
 
 # Python objects per tape node (the node, its box, its VJP closure and cells): measured with
@@ -104,7 +104,6 @@ def _filled(cell: Any) -> bool:
 
 def _backward_peak(ends: list, cotangents: list) -> int:
     """Run a backward from ``ends`` and return the most cotangent bytes alive at once."""
-    from .tape import _Sink                         # the same multi-output sink as the sweep
     sink = _Sink(ends, cotangents)
     outgrads: dict = {sink: (None, False)}
     alive = peak = 0
@@ -133,7 +132,7 @@ def _nbytes(g: Any) -> int:
 
 def _disk_seconds(state: Any, base: Any) -> tuple[float, float]:
     """Seconds to write ``state`` to a disk store under ``base`` and to read it back."""
-    store = DiskStore(None if base is True else base)
+    store = open_disk(base)
     try:
         writes, reads = [], []
         for i in range(2):

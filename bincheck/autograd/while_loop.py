@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..runtime.disk import DiskStore
+from ..runtime.disk import open_disk
 from ..runtime.executor import Executor
 from ..runtime.stats import LoopStats
 from ..runtime.store import MemoryStore
@@ -165,8 +165,7 @@ class WhileLoop(_LoopBase):
             call.pending = Pending(None, None, stepper, stats)
             self.publish(call, stats)
             return final
-        store = MemoryStore(DiskStore(None if self.disk is True else self.disk)
-                            if self.disk is not None else None)
+        store = MemoryStore(open_disk(self.disk))
         try:
             executor = Executor(None, state0, store)
             final, n = self._drive(stepper, state0, executor, planner)
@@ -192,7 +191,10 @@ def checkpointed_while_loop(cond_fn: Callable, body_fn: Callable, num_ckpts: int
     Snapshots are placed online (see :mod:`bincheck.schedule.online`); each step runs once in the
     forward. ``max_steps=None`` means unbounded; otherwise a loop whose ``cond_fn`` is still true
     after ``max_steps`` steps raises RuntimeError. ``run.num_steps`` is the last call's length.
-    ``verify=True`` and in-place updates: as for :func:`binomial_checkpoint`.
+    ``memory=...`` instead of ``num_ckpts`` holds as many states as fit the bytes (states only:
+    tapes of a loop of unknown length are not kept); ``disk=...`` adds periodic disk checkpoints
+    (:class:`bincheck.schedule.online.DiskOnlinePlanner`). ``verify=True``, in-place updates,
+    ``memory`` and ``disk``: as for :func:`binomial_checkpoint`.
     """
     return WhileLoop(cond_fn, body_fn, num_ckpts, max_steps, verify=verify, memory=memory,
                      disk=disk)

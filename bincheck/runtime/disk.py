@@ -130,6 +130,14 @@ class DiskStore:
         self._finalizer()
 
 
+def open_disk(disk: bool | str | None) -> DiskStore | None:
+    """A call's disk store: None without a disk tier, else a private directory (in the system's
+    temporary directory for ``disk=True``, inside ``disk`` for a path)."""
+    if disk is None or disk is False:
+        return None
+    return DiskStore(None if disk is True else disk)
+
+
 def _remove(name: str) -> None:
     try:
         os.remove(name)

@@ -6,7 +6,8 @@ like ``range``. The stream says nothing about *how* a step is evaluated; the exe
 through the callables it is given, so the same stream drives autograd, a symbolic simulator, or a
 counting mock.
 
-Invariants a valid stream keeps (checked by :class:`bincheck.executor.Executor`):
+Invariants a valid stream keeps (checked by :class:`~bincheck.schedule.simulate.Tracker`, in front
+of every :class:`bincheck.runtime.Executor`):
 
 * ``Advance(start, stop)`` needs the live state at ``start`` and leaves it at ``stop``.
 * ``Snapshot(i, storage)`` stores the live state, which must be state ``i``, in RAM or on disk.

@@ -26,7 +26,7 @@ from .actions import Action
 from .binomial import Plan
 from .disk import DiskPlan
 from .mixed import MixedPlan, leaf_lengths
-from .validate import check_int, check_positive_int, short_repr
+from .validate import check_int, check_positive_int, exactly_one_budget, short_repr
 
 _UNITS = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
@@ -256,10 +256,7 @@ def plan(seq_len: int, num_ckpts: int | None = None, *, memory: int | str | None
     bytes and time relative to store-all (a :class:`BudgetPlan`; ``loop.preview`` measures the
     sizes for you). Iterating either yields actions lazily.
     """
-    if (num_ckpts is None) == (memory is None):
-        raise TypeError(f"plan() takes exactly one of num_ckpts (a number of stored states) and "
-                        f"memory (bytes); got num_ckpts={short_repr(num_ckpts)} and "
-                        f"memory={short_repr(memory)}")
+    exactly_one_budget(num_ckpts, memory)
     if num_ckpts is not None:
         extra = {k: v for k, v in (("state_bytes", state_bytes), ("tape_bytes", tape_bytes),
                                    ("step_seconds", step_seconds),

@@ -149,7 +149,7 @@ class OnlinePlanner:
 class EveryKPlanner:
     """Store every ``k``-th state, reverse each segment under one tape (no recomputation chains).
 
-    The one-level (sqrt) scheme of bounded while loops in JAX: with ``k = ceil(sqrt(max_steps))``
+    One level of equal segments (Chen et al. 2016's sqrt scheme): with ``k = ceil(sqrt(max_steps))``
     memory is ``n/k`` states plus a ``k``-step tape. Same protocol as :class:`OnlinePlanner`; used
     as a baseline by ``benchmarks/while_loop``. Its snapshot count grows with ``n``.
     """

@@ -50,6 +50,14 @@ def check_bool(name: str, value: object) -> bool:
     return bool(value)
 
 
+def exactly_one_budget(num_ckpts: object, memory: object) -> None:
+    """Raise a TypeError unless exactly one of ``num_ckpts`` and ``memory`` is given."""
+    if (num_ckpts is None) == (memory is None):
+        raise TypeError(f"give exactly one of num_ckpts (checkpoints held at once, the initial "
+                        f"state included) and memory (bytes, e.g. memory='200MB'); got "
+                        f"num_ckpts={short_repr(num_ckpts)} and memory={short_repr(memory)}")
+
+
 def check_callable(name: str, value: object, signature: str) -> None:
     if not callable(value):
         raise TypeError(f"{name} must be callable as {signature}; got {short_repr(value)} of type "
