@@ -137,6 +137,7 @@ def test_gruslys_measured_rows(smoke):
             assert int(r["taped_evals"]) == int(r["seq_len"])
             assert float(r["cost_per_step"]) == 1 + int(r["plain_evals"]) / int(r["seq_len"])
             assert float(r["peak_mib"]) < float(ref["peak_mib"])
+            assert r["within_budget"] == "True"          # peak minus the returned gradient
             assert float(r["time_s"]) > 0 and float(r["alpha"]) > 1
 
 

@@ -77,7 +77,8 @@ from bincheck.schedule.mixed_chain import ChainTable
 
 from ..rnn.cells import CELLS, final_loss
 from ..rnn.harness import Counter
-from .common import csv_bytes, interleaved_medians, max_rel_err, md_table, peak_mib, png_bytes
+from .common import (csv_bytes, interleaved_medians, leaves, max_rel_err, md_table, peak_mib,
+                     png_bytes)
 
 INF = math.inf
 ALPHAS = (1, 2, 5, 10)          # internal state / hidden state sizes for the model curves
@@ -99,6 +100,7 @@ FULL = Config(1000, 256, 32, (5, 10, 20, 50, 100, 200, 500), 1000, 1000)
 QUICK = Config(1000, 64, 16, (5, 20, 50, 200), 1000, 1000)
 SMOKE = Config(40, 6, 2, (3, 8), 60, 60)
 CELL_NAMES = ("tanh", "lstm")
+CELL_COLORS = {"tanh": "C9", "lstm": "C4"}       # apart from the alpha curves' C0-C3
 
 
 # --------------------------------------------------------------------------- the cost model
@@ -229,11 +231,12 @@ def measure(cell_name: str, cfg: Config, repeats: int, seed: int, log=print) -> 
 
     store_all = grad(loss_of(plain_loop(cell.fn, T)))
     sa_peak, g_ref = peak_mib(lambda: store_all(params))
+    returned = sum(v.nbytes for v in leaves(g_ref)) / 2**20      # in every peak: the gradient
     sizes = binomial_checkpoint(cell.fn, T, memory=2**40).measure(params, state0, xs)
     sb, tb, wb = sizes.state_bytes, sizes.tape_bytes, sizes.work_bytes
     info = dict(cell=cell_name, state_bytes=sb, tape_bytes=tb, work_bytes=wb, alpha=tb / sb,
                 step_ms=1e3 * sizes.step_seconds, taped_step_ms=1e3 * sizes.taped_step_seconds,
-                store_all_peak_mib=sa_peak)
+                store_all_peak_mib=sa_peak, returned_mib=returned)
     log(f"  {cell_name}: state {sb} B, tape {tb} B (alpha {tb / sb:.2f}), work {wb} B; plain "
         f"step {info['step_ms']:.3f} ms, taped + backward {info['taped_step_ms']:.3f} ms; "
         f"store-all peak {sa_peak:.1f} MiB")
@@ -272,7 +275,7 @@ def measure(cell_name: str, cfg: Config, repeats: int, seed: int, log=print) -> 
                    "the plan", plain_evals=counter.plain, predicted_plain=plan.plain_steps,
                    taped_evals=counter.taped, checkpoints=plan.checkpoints,
                    policy=type(plan.schedule).__name__, peak_mib=peak, plan_mib=plan_mib,
-                   grad_max_rel_err=err,
+                   within_budget=peak - returned <= memory / 2**20, grad_max_rel_err=err,
                    predicted_slowdown=plan.relative_time)
         rows.append(row)
         if ok:
@@ -296,7 +299,7 @@ def measure(cell_name: str, cfg: Config, repeats: int, seed: int, log=print) -> 
 COLUMNS = ["cell", "seq_len", "hidden", "batch", "budget", "status", "units", "memory_mib",
            "state_bytes", "tape_bytes", "work_bytes", "alpha", "policy", "checkpoints",
            "plain_evals", "predicted_plain", "taped_evals", "cost_per_step", "peak_mib",
-           "plan_mib", "saved_pct", "time_s", "slowdown", "predicted_slowdown", "model_time_beta2",
+           "within_budget", "plan_mib", "saved_pct", "time_s", "slowdown", "predicted_slowdown", "model_time_beta2",
            "grad_max_rel_err", "times_s"]
 
 
@@ -380,11 +383,13 @@ def measured_table(rows: list[dict], infos: list[dict]) -> str:
                    f"{info['taped_step_ms'] / info['step_ms']:.2f}); store-all tracemalloc peak "
                    f"{info['store_all_peak_mib']:.1f} MiB = "
                    f"{info['store_all_peak_mib'] * 2**20 / info['state_bytes']:.0f} states' "
-                   f"bytes.\n")
+                   f"bytes. Every peak includes the returned gradient, "
+                   f"{info['returned_mib']:.2f} MiB; 'within' = peak minus it <= the budget; the "
+                   f"plan's table (one-time, kept with the plan) is outside the peak.\n")
         body = []
         for r in rs:
             if r["status"] != "ok":
-                body.append([r["budget"], r["status"]] + [""] * 10)
+                body.append([r["budget"], r["status"]] + [""] * 11)
                 continue
             body.append([
                 r["budget"], "–" if r["units"] is None else f"{r['units']:.1f}",
@@ -392,14 +397,15 @@ def measured_table(rows: list[dict], infos: list[dict]) -> str:
                 r.get("policy", "store-all"),
                 f"{r['plain_evals']} ({r['predicted_plain']})", f"{r['cost_per_step']:.3f}",
                 f"{r['peak_mib']:.2f}",
+                "–" if r.get("within_budget") is None else "yes" if r["within_budget"] else "**no**",
                 "–" if r.get("plan_mib") is None else f"{r['plan_mib']:.2f}",
                 f"{r['saved_pct']:.1f} %", f"{r['slowdown']:.2f}×",
                 "–" if r.get("predicted_slowdown") is None else f"{r['predicted_slowdown']:.2f}×",
                 f"{r['model_time_beta2']:.2f}×"])
         out.append(md_table(["budget", "m (states' bytes)", "budget MiB", "plan",
-                             "plain evals (plan)", "C/T", "peak MiB", "plan's table MiB",
+                             "plain evals (plan)", "C/T", "peak MiB", "within", "plan's table MiB",
                              "saved", "time vs store-all", "bincheck predicts",
-                             f"model F+B (beta = {BETA:g})"], body, "lrrlrrrrrrrr"))
+                             f"model F+B (beta = {BETA:g})"], body, "lrrlrrrlrrrrr"))
         out.append("\n" + "\n".join(f"* {line}" for line in claim_points(rs)) + "\n")
     return "\n".join(out)
 
@@ -463,7 +469,7 @@ def plot(rows: list[dict], infos: list[dict], curves: dict, T_model: int) -> byt
         ax.plot(ms[sel], y(("ism", a)), color=colors[a], lw=1.2, ls="--")
         ax.plot(ms[sel], y(("bincheck", a)), color=colors[a], lw=1.2, ls=":")
     marks = {"tanh": "o", "lstm": "s"}
-    cell_colors = {"tanh": "C6", "lstm": "C5"}
+    cell_colors = CELL_COLORS
     for info in infos:
         rs = [r for r in rows if r["cell"] == info["cell"] and r["status"] == "ok"
               and r["units"] is not None]
@@ -539,7 +545,7 @@ def plot(rows: list[dict], infos: list[dict], curves: dict, T_model: int) -> byt
                 bx.annotate(f"{tag}: {r['saved_pct']:.1f} % saved, {r['slowdown']:.2f}×",
                             (100 - r["saved_pct"], r["slowdown"]), textcoords="offset points",
                             xytext=(0, -26 if info["cell"] == "lstm" else 18), fontsize=8.5,
-                            color=c, ha="center",
+                            color=c, ha="center", bbox=dict(fc="white", ec="none", alpha=0.85),
                             arrowprops=dict(arrowstyle="-", color=c, lw=0.8))
     bx.axvline(5.0, color="gray", lw=1.0)
     bx.axhline(4 / 3, color="gray", lw=1.0, ls=(0, (5, 3)))
