@@ -1,8 +1,9 @@
 """``python -m benchmarks.reproduce``: published checkpointing claims, reproduced side by side.
 
 Parts: ``sargent`` (his LSTM and RNN settings like for like, and the mismatch between his two
-LSTM scripts) and ``siskind`` (Siskind & Pearlmutter's nested loop: peak memory and evaluations
-vs n). ``--quick`` runs in a few minutes on 2 cores; see benchmarks/reproduce/README.md.
+LSTM scripts), ``siskind`` (Siskind & Pearlmutter's nested loop: peak memory and evaluations
+vs n) and ``gruslys`` (Gruslys et al.'s cost model for T = 1000 next to bincheck measured at the
+same budgets). ``--quick`` runs in a few minutes on 2 cores; see benchmarks/reproduce/README.md.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import sys
 import time
 
-PARTS = ("sargent", "siskind")
+PARTS = ("sargent", "siskind", "gruslys")
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -42,12 +43,14 @@ def parse_args(argv):
     p = argparse.ArgumentParser(
         prog="python -m benchmarks.reproduce",
         description="Reproduce published checkpointing claims side by side with bincheck: "
-                    "Sargent's autograd LSTM/RNN settings and Siskind & Pearlmutter's nested "
-                    "loop. Writes <part>.csv, <part>.md and <part>.png into --out.")
+                    "Sargent's autograd LSTM/RNN settings, Siskind & Pearlmutter's nested "
+                    "loop and Gruslys et al.'s memory/time curves. Writes <part>.csv, <part>.md "
+                    "and <part>.png into --out.")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true",
-                      help="a few minutes on 2 cores: 3 timing repeats; nested loop up to n=1e4 "
-                           "(default: 5 repeats, n up to 1e5)")
+                      help="a few minutes on 2 cores: 3 timing repeats; nested loop up to n=1e4; "
+                           "Gruslys cells at H=64, B=16 (default: 5 repeats, n up to 1e5, "
+                           "H=256, B=32)")
     size.add_argument("--smoke", action="store_true",
                       help="seconds: tiny sizes for tests; the numbers mean nothing")
     p.add_argument("--out", default=os.path.join("benchmarks", "reproduce", "out"),
@@ -55,7 +58,7 @@ def parse_args(argv):
     p.add_argument("--only", type=_parts, default=list(PARTS),
                    help=f"comma-separated subset of {','.join(PARTS)} (default: all)")
     p.add_argument("--repeats", type=_int_at_least(3),
-                   help="timed gradients per variant in part sargent (median; >= 3)")
+                   help="timed gradients per variant in parts sargent and gruslys (median; >= 3)")
     p.add_argument("--seed", type=_int_at_least(0), default=0, help="RNG seed (default 0)")
     p.add_argument("--blas-threads", type=_int_at_least(1), default=1,
                    help="BLAS threads (default 1: on a shared 2-core machine OpenBLAS threads "
@@ -74,7 +77,7 @@ def main(argv=None) -> int:
 
     import numpy
 
-    from . import sargent, siskind
+    from . import gruslys, sargent, siskind
     from .common import write_outputs
 
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
@@ -95,16 +98,18 @@ def main(argv=None) -> int:
         files: dict[str, bytes] = {}
         if part == "sargent":
             rows = sargent.run(files, args.quick, args.smoke, args.repeats, args.seed, env, log)
-        else:
+        elif part == "siskind":
             rows = siskind.run(files, args.quick, args.smoke, args.seed, env, log)
-        failed += sum(r["status"] != "ok" for r in rows)
+        else:
+            rows = gruslys.run(files, args.quick, args.smoke, args.repeats, args.seed, env, log)
+        failed += sum(r["status"].startswith("FAILED") for r in rows)
         for path in write_outputs(args.out, files):
             log(f"wrote {path}")
         md = files.get(f"{part}.md")
         if md:
             print("\n" + md.decode())
     print(f"done in {time.perf_counter() - t0:.0f} s"
-          f"{'' if not failed else f'; {failed} FAILED (gradient mismatch)'}")
+          f"{'' if not failed else f'; {failed} FAILED (gradient or count mismatch)'}")
     return 1 if failed else 0
 
 
