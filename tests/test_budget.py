@@ -9,7 +9,8 @@ import numpy
 import pytest
 from autograd import grad, hessian_vector_product
 
-from bincheck import binomial_checkpoint, checkpointed_while_loop, plan, simulate
+from bincheck import CheckpointedLoop, binomial_checkpoint, checkpointed_while_loop, plan, \
+    simulate
 from bincheck.schedule import BudgetPlan, MixedPlan, Plan, Sizes, memory_for, parse_bytes
 from helpers import Counter, assert_trees_close, peak_bytes, plain_loop, plain_while, rnn_problem, \
     tanh_rnn
@@ -92,6 +93,44 @@ def test_gradient_stays_within_the_budget(fraction, store_all):
     assert preview.plain_steps <= states_only.plain_steps
 
 
+@pytest.mark.parametrize("fraction", [0.03, 0.04])
+def test_first_gradient_within_the_budget_with_the_planners_dp_rows(fraction, store_all):
+    """No preview: the probe, the plan and its exact-DP rows all happen inside the first gradient,
+    and all of it stays within the budget (the rows were once built lazily, outside it: 300-520
+    KiB over at these budgets)."""
+    (params, h0, xs), full, g0 = store_all
+    memory = int(fraction * full)
+    loop = binomial_checkpoint(tanh_rnn, L, memory=memory)
+    ours, g = peak_bytes(grad(lambda p: np.sum(loop(p, h0, xs))), params)
+    assert_trees_close(g, g0)
+    used = loop.last_plan
+    assert isinstance(used.schedule, MixedPlan) and used.table_bytes > 0
+    returned = sum(v.nbytes for v in g) + h0.nbytes
+    assert ours - returned <= memory + ALLOWANCE, (ours - returned - memory) / 1024
+
+
+def test_planner_tables_are_built_at_planning_time_and_counted():
+    s = Sizes(16 * 1024, 44 * 1024, 450 * 1024, 8e-5, 5e-4)
+    memory = s.work_bytes + 25 * s.state_bytes
+    p = BudgetPlan(600, memory, s)
+    assert isinstance(p.schedule, MixedPlan)
+    rows = p.schedule.table.dp_rows
+    assert rows > 0 and p.table_bytes == p.schedule.table.nbytes >= rows * 8 * 601
+    assert simulate(p.schedule).peak_bytes + p.table_bytes <= memory - s.work_bytes
+    assert p.peak_bytes <= memory
+    assert sum(1 for _ in p) > 0 and p.schedule.table.dp_rows == rows     # walking builds none
+    assert p.plain_steps <= Plan(600, 25).plain_steps
+    assert "planner tables" in str(p)
+    # with disk: the table of the disk planner takes its bytes from the RAM slots
+    d = Sizes(10_000, None, 10_000, 1e-3, 3e-3, write_seconds=2e-3, read_seconds=2e-3)
+    with_disk = BudgetPlan(2000, 110_000, d, disk=True)
+    assert 4 * 8 * 2001 <= with_disk.table_bytes <= 4 * 8 * 2001 + 1000
+    assert with_disk.checkpoints == (100_000 - with_disk.table_bytes) // 10_000 == 3
+    assert with_disk.peak_bytes <= 110_000
+    with pytest.raises(ValueError, match="disk planner's table"):
+        BudgetPlan(2000, 70_000, d, disk=True)
+
+
 def test_mixed_policy_pays_where_tapes_fit(store_all):
     """At a few per cent of store-all, taping segments whole beats storing states only."""
     (params, h0, xs), full, _ = store_all
@@ -116,6 +155,19 @@ def test_plan_preview_and_its_inverse():
     assert BudgetPlan(300, need, s).relative_time <= 1.15
     assert BudgetPlan(300, need - s.state_bytes // 32, s).relative_time > 1.15
     assert "plain evaluations" in str(p) and "predicted time" in str(p)
+
+
+def test_a_previewed_plan_runs_as_a_fixed_plan():
+    """CheckpointedLoop(fn, loop.preview(...)) once raised a TypeError: disk=False was taken for a
+    directory."""
+    params, h0, xs = rnn_problem(120, H=16, B=4, D=4)
+    loop = binomial_checkpoint(tanh_rnn, 120, memory="600KB")
+    preview = loop.preview(params, h0, xs)
+    cell = Counter(tanh_rnn)
+    fixed = CheckpointedLoop(cell, preview)
+    g = grad(lambda p: np.sum(fixed(p, h0, xs)))(params)
+    assert_trees_close(g, grad(lambda p: np.sum(plain_loop(tanh_rnn, p, h0, xs, 120)))(params))
+    assert (cell.plain, cell.taped) == (preview.plain_steps, 120)
 
 
 def test_loop_memory_for_measures_and_inverts():

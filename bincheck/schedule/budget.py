@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from .actions import Action
 from .binomial import Plan
-from .disk import DiskPlan
+from .disk import DiskPlan, DiskTable
 from .mixed import MixedPlan, leaf_lengths
 from .validate import check_int, check_positive_int, exactly_one_budget, short_repr
 
@@ -95,7 +95,9 @@ class BudgetPlan:
 
     Iterating yields the actions. ``plain_steps`` / ``taped_steps`` are the evaluations of ``fn``
     one gradient makes (the last segment is taped in the forward, so no extra plain step);
-    ``peak_bytes`` is the working set plus the most the schedule stores at once;
+    ``peak_bytes`` is the working set plus the most the schedule stores at once plus the
+    planner's own tables (``table_bytes``: the mixed DP's rows, the disk table), all within
+    ``memory``;
     ``relative_time`` is the predicted time against store-all (None without step timings).
     """
 
@@ -110,36 +112,66 @@ class BudgetPlan:
         store = memory - sizes.work_bytes
         slots = store // sizes.state_bytes
         self.checkpoints = slots            # how many states fit the budget
+        self.table_bytes = 0                # the planner's own tables, inside the budget
         if disk:
             # States only: RAM slots and unlimited disk, priced by measured write/read times.
             if not (sizes.step_seconds and sizes.write_seconds is not None and
                     sizes.read_seconds is not None):
                 raise ValueError("planning with disk needs step_seconds, write_seconds and "
                                  "read_seconds (loop.preview measures them)")
+            self.table_bytes = DiskTable.bytes_for(seq_len)
+            slots = self.checkpoints = (store - self.table_bytes) // sizes.state_bytes
+            if slots < 1:
+                raise ValueError(
+                    f"memory={memory} bytes is below the least this loop needs with disk: one "
+                    f"stored state ({sizes.state_bytes} bytes), the working set "
+                    f"({sizes.work_bytes} bytes) and the disk planner's table for {seq_len} "
+                    f"steps ({self.table_bytes} bytes)")
             self.schedule = DiskPlan(seq_len, slots, sizes.write_seconds / sizes.step_seconds,
                                      sizes.read_seconds / sizes.step_seconds)
-            self.schedule_bytes = min(slots, seq_len) * sizes.state_bytes
+            self.schedule_bytes = min(slots, seq_len) * sizes.state_bytes + self.table_bytes
             return
-        if sizes.tape_bytes is None or all(leaf == 1 for leaf in leaf_lengths(
+        self.schedule: Plan | MixedPlan = Plan(seq_len, slots)     # states only: Revolve
+        self.schedule_bytes = min(slots, seq_len) * sizes.state_bytes
+        if sizes.tape_bytes is not None and any(leaf > 1 for leaf in leaf_lengths(
                 store, sizes.state_bytes, sizes.tape_bytes)):
-            self.schedule: Plan | MixedPlan = Plan(seq_len, slots)     # states only: Revolve
-            self.schedule_bytes = min(slots, seq_len) * sizes.state_bytes
-        else:
-            mixed = MixedPlan(seq_len, store, sizes.state_bytes, sizes.tape_bytes)
+            mixed = self._mixed(store)
+            # The DP rows' bytes can cost the mixed plan more than kept tapes save: keep the
+            # better of the two.
+            if mixed is not None and mixed.plain_steps < self.schedule.plain_steps:
+                self.schedule, self.table_bytes = mixed, mixed.table.nbytes
+                self.schedule_bytes = mixed.memory + self.table_bytes
+
+    def _mixed(self, store: int) -> MixedPlan | None:
+        """The mixed plan whose snapshots, kept tapes *and* DP rows fit ``store`` bytes, or None
+        (store states only) when the exact DP would take too long or its rows do not fit.
+
+        The DP rows are built here, at planning time, not inside the first gradient. Rows cost
+        8 bytes per step each; a plan that needs them is made again with their bytes taken off
+        (fewer bytes never need more rows in practice; checked, not assumed).
+        """
+        seq_len, sizes, budget = self.seq_len, self.sizes, store
+        for _ in range(4):
+            mixed = MixedPlan(seq_len, budget, sizes.state_bytes, sizes.tape_bytes)
             work = mixed.table.dp_work(seq_len, mixed.checkpoints)
-            if work <= DP_WORK_LIMIT:
-                self.schedule, self.schedule_bytes = mixed, store
-            else:
-                # The optimum has no closed form here and the exact DP would take long: plan
-                # states only (Revolve, closed form) and say what that may cost.
-                self.schedule = Plan(seq_len, slots)
-                self.schedule_bytes = min(slots, seq_len) * sizes.state_bytes
+            if work > DP_WORK_LIMIT:
+                # No closed form here and the exact DP would take long: plan states only
+                # (Revolve, closed form) and say what that may cost.
                 warnings.warn(
-                    f"planning {seq_len} steps within {format_bytes(memory)} with kept tapes needs "
-                    f"the exact dynamic program (about {work / 2e7:.0f} s); storing states only "
-                    f"instead: {self.schedule.plain_steps} plain steps, where the optimum is at "
-                    f"least {mixed.table.lower_bound(seq_len, mixed.checkpoints)}",
-                    RuntimeWarning, stacklevel=2)
+                    f"planning {seq_len} steps within {format_bytes(self.memory)} with kept tapes "
+                    f"needs the exact dynamic program (about {work / 2e7:.0f} s); storing states "
+                    f"only instead: {Plan(seq_len, self.checkpoints).plain_steps} plain steps, "
+                    f"where the optimum is at least "
+                    f"{mixed.table.lower_bound(seq_len, mixed.checkpoints)}",
+                    RuntimeWarning, stacklevel=3)
+                return None
+            mixed.plain_steps                       # builds every DP row the schedule reads
+            if mixed.memory + mixed.table.nbytes <= store:
+                return mixed
+            budget = store - mixed.table.nbytes
+            if budget < sizes.state_bytes:
+                return None
+        return None
 
     def __iter__(self) -> Iterator[Action]:
         return iter(self.schedule)
@@ -194,6 +226,8 @@ class BudgetPlan:
                  *([f"  disk              : {self.schedule.disk_writes} writes, "
                     f"{self.schedule.disk_reads} reads of {format_bytes(s.state_bytes)}"]
                    if isinstance(self.schedule, DiskPlan) else []),
+                 *([f"  planner tables    : {format_bytes(self.table_bytes)} (in the budget)"]
+                   if self.table_bytes else []),
                  f"  peak bytes        : {format_bytes(self.peak_bytes)} (at most)"]
         if self.relative_time is not None:
             lines.append(f"  predicted time    : {self.relative_time:.3g}x store-all")

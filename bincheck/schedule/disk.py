@@ -22,6 +22,8 @@ exhaustive search over every action sequence (RAM and disk copies of any state) 
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections.abc import Iterator
 from operator import add
 
@@ -36,16 +38,22 @@ class DiskTable:
     def __init__(self, seq_len: int, cm: int, w: float, r: float) -> None:
         self.cm, self.w, self.r = cm, w, r
         N = seq_len
-        self.t = [0] + [optimal_plain_steps(n, cm) for n in range(1, N + 1)]
-        self.d1 = [0.0] * (N + 1)
-        self.dinf = [0.0] * (N + 1)
-        self.a = a = [0.0] * (N + 1)             # a[k] = k + D1(k)
+        zeros = array("d", [0.0]) * (N + 1)        # allocated exactly (bytes_for)
+        self.t = t = array("d", zeros)
+        for n in range(1, N + 1):
+            t[n] = optimal_plain_steps(n, cm)
+        self.d1, self.dinf = d1, dinf = array("d", zeros), array("d", zeros)
+        self.a = a = array("d", zeros)                  # a[k] = k + D1(k)
         a[1] = 1.0
-        t, d1, dinf = self.t, self.d1, self.dinf
         for n in range(2, N + 1):
             d1[n] = min(t[n], r + min(map(add, a[1:n], t[n - 1:0:-1])))
             dinf[n] = min(t[n], w + r + min(map(add, a[1:n], dinf[n - 1:0:-1])))
             a[n] = n + d1[n]
+
+    @staticmethod
+    def bytes_for(seq_len: int) -> int:
+        """Bytes the table holds for ``seq_len`` steps: four ``array('d')`` of ``seq_len + 1``."""
+        return 4 * (sys.getsizeof(array("d")) + 8 * (seq_len + 1))
 
     def split_inf(self, n: int) -> int:
         """0: all in RAM; else the advance ``j`` after writing the start to disk."""

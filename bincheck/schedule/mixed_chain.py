@@ -61,6 +61,8 @@ returns the reference's (smallest) optimal advance.
 
 from __future__ import annotations
 
+import sys
+from array import array
 from bisect import bisect_left, bisect_right
 from itertools import accumulate
 from operator import add
@@ -92,12 +94,17 @@ class ChainTable:
         self.prefix = [0, *accumulate(leaves)]          # prefix[k] = L[0] + ... + L[k-1]
         self.chain = chain_formula_holds(leaves)
         self._band: tuple[list[int], list[int], list[int]] | None = None
-        self._rows: dict[int, list[float]] = {}         # exact DP rows, once built
+        self._rows: dict[int, array] = {}               # exact DP rows, once built
 
     @property
     def dp_rows(self) -> int:
         """How many exact DP rows have been built (0 while every query had a closed form)."""
         return len(self._rows)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the built DP rows hold (8 per cell: rows are ``array('d')``)."""
+        return sum(sys.getsizeof(row) for row in self._rows.values())
 
     def dp_work(self, n: int, s: int) -> int:
         """Element operations the exact DP would spend to answer R(n, s): 0 with a closed form."""
@@ -183,7 +190,7 @@ class ChainTable:
                 return j
         raise AssertionError("no split attains the table's optimum")   # pragma: no cover
 
-    def _row(self, s: int) -> list[float]:
+    def _row(self, s: int) -> array:
         """Row ``s`` of the exact DP (every ``n <= seq_len``), built on first use.
 
         Row ``s`` reads row ``s-1``, so rows are built upwards from the highest one that needs no
@@ -198,10 +205,10 @@ class ChainTable:
             if t in rows:
                 continue
             if t == 0 or L[t] == 1:
-                rows[t] = [self.cost(n, t) for n in range(N + 1)]
+                rows[t] = array("d", (self.cost(n, t) for n in range(N + 1)))
                 continue
-            prev, row = rows[t - 1], [0] * (N + 1)
-            shifted = [INF] * (N + 1)                  # shifted[j] = j + R(j, t)
+            prev, row = rows[t - 1], array("d", [0.0]) * (N + 1)
+            shifted = array("d", [INF]) * (N + 1)      # shifted[j] = j + R(j, t)
             for n in range(1, N + 1):
                 if n <= self.region(t) or self.in_second_band(n, t):
                     row[n] = self.cost(n, t)
