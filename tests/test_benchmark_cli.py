@@ -31,6 +31,13 @@ def test_results_are_written_atomically(tmp_path, monkeypatch):
     from benchmarks.rnn import report
     path = tmp_path / "results.csv"
     report.write_atomic(str(path), b"old")
+    umask = os.umask(0o022)
+    try:
+        report.write_atomic(str(tmp_path / "mode.md"), b"x")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "mode.md").stat().st_mode & 0o777 == 0o644    # not mkstemp's 0600
+    os.remove(tmp_path / "mode.md")
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt

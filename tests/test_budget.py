@@ -114,13 +114,19 @@ def test_planner_tables_are_built_at_planning_time_and_counted():
     memory = s.work_bytes + 25 * s.state_bytes
     p = BudgetPlan(600, memory, s)
     assert isinstance(p.schedule, MixedPlan)
-    rows = p.schedule.table.dp_rows
-    assert rows > 0 and p.table_bytes == p.schedule.table.nbytes >= rows * 8 * 601
-    assert simulate(p.schedule).peak_bytes + p.table_bytes <= memory - s.work_bytes
+    mixed = p.schedule
+    # the exact DP ran at planning time; the plan keeps its recorded walk, not the rows
+    assert mixed.dp_rows_built > 0 and mixed.dp_row_bytes >= mixed.dp_rows_built * 4 * 601
+    assert mixed.table.dp_rows == 0 and 0 < p.table_bytes == mixed.nbytes <= 8 * 601 + 100
+    assert simulate(mixed).peak_bytes + p.table_bytes <= memory - s.work_bytes
     assert p.peak_bytes <= memory
-    assert sum(1 for _ in p) > 0 and p.schedule.table.dp_rows == rows     # walking builds none
+    # walking builds no row, and the recorded walk is the table's: the same actions and counts
+    reference = MixedPlan(600, mixed.memory, s.state_bytes, s.tape_bytes)
+    assert list(p) == list(reference) and mixed.table.dp_rows == 0
+    assert simulate(mixed).plain_steps == p.plain_steps == reference.plain_steps
+    assert mixed.first_reverse_start == reference.first_reverse_start
     assert p.plain_steps <= Plan(600, 25).plain_steps
-    assert "planner tables" in str(p)
+    assert "planner memory" in str(p)
     # with disk: the table of the disk planner takes its bytes from the RAM slots
     d = Sizes(10_000, None, 10_000, 1e-3, 3e-3, write_seconds=2e-3, read_seconds=2e-3)
     with_disk = BudgetPlan(2000, 110_000, d, disk=True)
@@ -129,6 +135,16 @@ def test_planner_tables_are_built_at_planning_time_and_counted():
     assert with_disk.peak_bytes <= 110_000
     with pytest.raises(ValueError, match="disk planner's table"):
         BudgetPlan(2000, 70_000, d, disk=True)
+
+
+def test_dp_rows_that_would_not_fit_are_never_built():
+    """Small states, many steps: the exact DP's rows (10 KB) would exceed the 2 KB budget, so the
+    planner keeps Revolve without building them (it once built them, then refused)."""
+    sizes = Sizes(151, 453, 0)
+    mixed = MixedPlan(195, 1995, 151, 453)
+    assert mixed.table.row_bytes_needed(195, mixed.checkpoints) > 5 * 1995
+    peak, p = peak_bytes(BudgetPlan, 195, 1995, sizes)
+    assert isinstance(p.schedule, Plan) and peak < 5000, peak
 
 
 def test_mixed_policy_pays_where_tapes_fit(store_all):

@@ -225,6 +225,24 @@ def test_every_plan_is_valid_and_within_budget():
             check_plan(n, int(fraction * n * T), S, T)
 
 
+def test_a_compacted_plan_replays_the_same_walk_without_its_rows():
+    rng = random.Random(5)
+    compacted = 0
+    for _ in range(60):
+        S = rng.randint(1, 9)
+        T = rng.choice([2, 3, 5, 11, 3 * S])
+        n = rng.randint(2, 200)
+        memory = rng.randint(S, 30 * S)
+        p, q = MixedPlan(n, memory, S, T), MixedPlan(n, memory, S, T)
+        p.compact()
+        assert list(p) == list(q) and list(p) == list(q)       # twice: each walk replays afresh
+        assert p.plain_steps == q.plain_steps and p.first_reverse_start == q.first_reverse_start
+        if p.dp_rows_built:
+            compacted += 1
+            assert p.table.dp_rows == 0 and p.nbytes < p.dp_row_bytes
+    assert compacted >= 10
+
+
 def test_first_reverse_start_is_the_start_of_the_last_segment():
     p = MixedPlan(500, 30 * 64 + 10, 64, 140)
     first = next(a for a in p if type(a).__name__ == "Reverse")

@@ -18,6 +18,18 @@ CHECKS = {
     "hessian_vector_product(loss_W)": "assert Hv.shape == (64, 64)",
     "checkpointed_while_loop(cond_fn": "assert run.num_steps > 100 and dy0.shape == (2,)",
     'memory="4MB"': "assert loop.stats.peak_bytes <= 4 * 10**6 and g[0].shape == (128, 128)",
+    # the per-step loss against the same loss written as a plain loop (every step taped)
+    "output_fn=readout": "\n".join([
+        "def plain(params):",
+        "    h, total = numpy.zeros((B, H)), 0.0",
+        "    for t in range(T):",
+        "        x = {'chars': inputs['chars'][t], 'targets': inputs['targets'][t]}",
+        "        h = step(params, h, x)",
+        "        total = total + readout(params, h, x)",
+        "    return total / T",
+        "ref = grad(plain)(params)",
+        "assert all(numpy.allclose(g[k], ref[k], rtol=1e-9, atol=0) for k in params)",
+        "assert loop.stats.plain_steps > 0 and ref['W'].any()"]),
 }
 
 

@@ -210,10 +210,10 @@ def retained_mib(fn) -> tuple[float, object]:
 
 
 def planned(fn, T: int, memory: int, params, state0, xs) -> BudgetPlan:
-    """``loop.preview``'s plan, walked once: a mixed plan builds the DP rows it needs lazily (the
-    first gradient would otherwise allocate them inside its measured peak; they are the plan's,
-    allocated once, and not part of the budget, which covers snapshots, tapes and the working
-    set)."""
+    """``loop.preview``'s plan, walked once. The walk allocates what a first walk allocates: the
+    DP rows, before bincheck counted its planner's memory in the budget (they were built lazily,
+    inside the first gradient's peak); nothing since (the plan is made with its recorded walk,
+    inside the budget)."""
     plan = binomial_checkpoint(fn, T, memory=memory).preview(params, state0, xs)
     plan.first_reverse_start
     for _ in plan:
@@ -385,7 +385,9 @@ def measured_table(rows: list[dict], infos: list[dict]) -> str:
                    f"{info['store_all_peak_mib'] * 2**20 / info['state_bytes']:.0f} states' "
                    f"bytes. Every peak includes the returned gradient, "
                    f"{info['returned_mib']:.2f} MiB; 'within' = peak minus it <= the budget; the "
-                   f"plan's table (one-time, kept with the plan) is outside the peak.\n")
+                   f"plan's table = what a first walk of the plan allocates, outside the peak "
+                   f"(lazily built DP rows before the planner's memory was counted in the "
+                   f"budget; nothing since).\n")
         body = []
         for r in rs:
             if r["status"] != "ok":

@@ -18,7 +18,9 @@ an estimate that leaves out memory effects (store-all's large tapes often run sl
 from __future__ import annotations
 
 import re
+import sys
 import warnings
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -96,9 +98,9 @@ class BudgetPlan:
     Iterating yields the actions. ``plain_steps`` / ``taped_steps`` are the evaluations of ``fn``
     one gradient makes (the last segment is taped in the forward, so no extra plain step);
     ``peak_bytes`` is the working set plus the most the schedule stores at once plus the
-    planner's own tables (``table_bytes``: the mixed DP's rows, the disk table), all within
-    ``memory``;
-    ``relative_time`` is the predicted time against store-all (None without step timings).
+    planner's own memory (``table_bytes``: the mixed plan's recorded walk, the disk table), all
+    within ``memory``; ``relative_time`` is the predicted time against store-all (None without
+    step timings).
     """
 
     def __init__(self, seq_len: int, memory: int, sizes: Sizes, disk: bool = False) -> None:
@@ -136,19 +138,21 @@ class BudgetPlan:
         if sizes.tape_bytes is not None and any(leaf > 1 for leaf in leaf_lengths(
                 store, sizes.state_bytes, sizes.tape_bytes)):
             mixed = self._mixed(store)
-            # The DP rows' bytes can cost the mixed plan more than kept tapes save: keep the
-            # better of the two.
+            # The planner's own bytes can cost the mixed plan more than kept tapes save: keep
+            # the better of the two.
             if mixed is not None and mixed.plain_steps < self.schedule.plain_steps:
-                self.schedule, self.table_bytes = mixed, mixed.table.nbytes
+                self.schedule, self.table_bytes = mixed, mixed.nbytes
                 self.schedule_bytes = mixed.memory + self.table_bytes
 
     def _mixed(self, store: int) -> MixedPlan | None:
-        """The mixed plan whose snapshots, kept tapes *and* DP rows fit ``store`` bytes, or None
-        (store states only) when the exact DP would take too long or its rows do not fit.
+        """The mixed plan whose snapshots, kept tapes and walk fit ``store`` bytes, or None (store
+        states only) when the exact DP would take too long or does not fit.
 
-        The DP rows are built here, at planning time, not inside the first gradient. Rows cost
-        8 bytes per step each; a plan that needs them is made again with their bytes taken off
-        (fewer bytes never need more rows in practice; checked, not assumed).
+        Where closed forms do not cover the budget, the exact DP's rows (4 bytes per step per
+        row) are built here, at planning time, before the forward holds anything, and must fit
+        ``store`` together with the walk being recorded; the plan then keeps only that walk
+        (:meth:`MixedPlan.compact`, at most 8 bytes per step), whose bytes come out of the
+        budget: a plan that does not fit with them is made again with them taken off.
         """
         seq_len, sizes, budget = self.seq_len, self.sizes, store
         for _ in range(4):
@@ -165,10 +169,16 @@ class BudgetPlan:
                     f"{mixed.table.lower_bound(seq_len, mixed.checkpoints)}",
                     RuntimeWarning, stacklevel=3)
                 return None
-            mixed.plain_steps                       # builds every DP row the schedule reads
-            if mixed.memory + mixed.table.nbytes <= store:
+            # The rows and the walk being recorded exist together: refuse before building them.
+            walk = sys.getsizeof(array("i")) + 8 * (seq_len + 1)
+            if mixed.table.row_bytes_needed(seq_len, mixed.checkpoints) + walk > store:
+                return None
+            mixed.compact()
+            if mixed.dp_row_bytes + mixed.nbytes > store:                # pragma: no cover
+                return None
+            if mixed.memory + mixed.nbytes <= store:
                 return mixed
-            budget = store - mixed.table.nbytes
+            budget = store - mixed.nbytes
             if budget < sizes.state_bytes:
                 return None
         return None
@@ -226,7 +236,7 @@ class BudgetPlan:
                  *([f"  disk              : {self.schedule.disk_writes} writes, "
                     f"{self.schedule.disk_reads} reads of {format_bytes(s.state_bytes)}"]
                    if isinstance(self.schedule, DiskPlan) else []),
-                 *([f"  planner tables    : {format_bytes(self.table_bytes)} (in the budget)"]
+                 *([f"  planner memory    : {format_bytes(self.table_bytes)} (in the budget)"]
                    if self.table_bytes else []),
                  f"  peak bytes        : {format_bytes(self.peak_bytes)} (at most)"]
         if self.relative_time is not None:

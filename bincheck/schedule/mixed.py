@@ -34,6 +34,8 @@ states the proofs, what is only measured, and the costs.
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections.abc import Iterator
 from operator import add
 
@@ -118,6 +120,31 @@ def mixed_actions(seq_len: int, slots: int,
         work.append(("rev", lo + j, hi, s - 1, False))        # the right part, first
 
 
+class _Recorder:
+    """A table stand-in that answers from ``table`` and records each split asked for."""
+
+    def __init__(self, table: ChainTable) -> None:
+        self.table, self.splits = table, array("i")
+
+    def split(self, n: int, s: int) -> int:
+        j = self.table.split(n, s)
+        self.splits.append(j)
+        return j
+
+
+class _Replay:
+    """A table stand-in that replays recorded splits: valid for one walk in the recorded order
+    (the walk is deterministic)."""
+
+    def __init__(self, splits: array) -> None:
+        self.splits, self.next = splits, 0
+
+    def split(self, n: int, s: int) -> int:
+        j = self.splits[self.next]
+        self.next += 1
+        return j
+
+
 class MixedPlan:
     """The optimal mixed schedule for ``seq_len`` steps within ``memory`` bytes of snapshots and
     kept tapes. Same interface as :class:`~bincheck.schedule.binomial.Plan`.
@@ -138,12 +165,40 @@ class MixedPlan:
         leaves = leaf_lengths(memory, state_bytes, tape_bytes)
         self.checkpoints = len(leaves) - 1      # how many states fit the memory
         self.table = ChainTable(seq_len, leaves)
+        self._splits: array | None = None       # after compact(): the walk's splits, in order
+        self.dp_rows_built = self.dp_row_bytes = 0
+
+    def compact(self) -> None:
+        """Record the schedule's splits in walk order (4 bytes each, at most 2 per step) and drop
+        the exact-DP rows they came from (4 bytes per step per row): what a budgeted loop keeps
+        during its gradients. The rows are built (and freed) here, when the plan is made."""
+        if self._splits is not None:
+            return
+        self._plain = int(self.table.cost(self.seq_len, self.checkpoints))
+        recorder = _Recorder(self.table)
+        for _ in mixed_actions(self.seq_len, self.checkpoints, recorder):
+            pass
+        self.dp_rows_built, self.dp_row_bytes = self.table.dp_rows, self.table.nbytes
+        if self.dp_rows_built:              # else closed forms answered everything: keep nothing
+            self._splits = array("i", recorder.splits)      # allocated exactly
+            self.table.drop_rows()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the plan holds for its walk: the recorded splits after :meth:`compact`, else the
+        DP rows built so far (0 where closed forms answer every query)."""
+        return sys.getsizeof(self._splits) if self._splits is not None else self.table.nbytes
+
+    def _walker(self) -> ChainTable | _Replay:
+        return self.table if self._splits is None else _Replay(self._splits)
 
     def __iter__(self) -> Iterator[Action]:
-        return mixed_actions(self.seq_len, self.checkpoints, self.table)
+        return mixed_actions(self.seq_len, self.checkpoints, self._walker())
 
     @property
     def plain_steps(self) -> int:
+        if self._splits is not None:
+            return self._plain
         return int(self.table.cost(self.seq_len, self.checkpoints))
 
     @property
@@ -153,9 +208,9 @@ class MixedPlan:
     @property
     def first_reverse_start(self) -> int:
         """Where the first sweep stops: the start of the last segment (taped whole)."""
-        lo, s = 0, self.checkpoints
-        while True:
-            j = self.table.split(self.seq_len - lo, s)
+        lo, s, walker = 0, self.checkpoints, self._walker()
+        while True:             # the walk visits this spine first, so a replay serves it too
+            j = walker.split(self.seq_len - lo, s)
             if j == 0:
                 return lo
             lo, s = lo + j, s - 1

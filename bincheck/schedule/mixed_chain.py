@@ -70,6 +70,7 @@ from operator import add
 from .binomial import optimal_plain_steps, split as revolve_split
 
 INF = float("inf")
+_BIG = 2**31 - 1          # "infeasible" in 32-bit DP rows
 
 
 def chain_formula_holds(leaves: list[int]) -> bool:
@@ -101,9 +102,25 @@ class ChainTable:
         """How many exact DP rows have been built (0 while every query had a closed form)."""
         return len(self._rows)
 
+    def row_bytes_needed(self, n: int, s: int) -> int:
+        """Bytes of the exact-DP rows that answering R(n, s) builds (0 with a closed form); the
+        rows a walk of the schedule from (n, s) reads are among them."""
+        if self.dp_work(n, s) == 0:
+            return 0
+        base = s
+        while base > 0 and base not in self._rows and self.leaves[base] > 1:
+            base -= 1
+        N = self.seq_len
+        cell = 4 if N * (N + 1) < _BIG else 8
+        return (s - base + 1) * (sys.getsizeof(array("i")) + cell * (N + 1))
+
+    def drop_rows(self) -> None:
+        """Free the exact-DP rows (queries that need them rebuild them)."""
+        self._rows.clear()
+
     @property
     def nbytes(self) -> int:
-        """Bytes the built DP rows hold (8 per cell: rows are ``array('d')``)."""
+        """Bytes the built DP rows hold (4 per cell: see :meth:`_row`)."""
         return sum(sys.getsizeof(row) for row in self._rows.values())
 
     def dp_work(self, n: int, s: int) -> int:
@@ -196,8 +213,12 @@ class ChainTable:
         Row ``s`` reads row ``s-1``, so rows are built upwards from the highest one that needs no
         DP below it (row 0, or a Revolve row: ``L[s] == 1``). Cells with a closed form are filled
         from it; only the others scan their splits. Nothing is built until such a cell is asked for.
+        Rows are 32-bit integers while every ``n + R(n, s)`` fits (``R(n, s) <= n(n-1)/2``, so up
+        to 46340 steps; the exact DP is never run that long), with row 0's infeasible cells held
+        as ``_BIG``, which no sum with them can undercut (``R(1, 0) = 0`` is always a candidate).
         """
         N, L, rows = self.seq_len, self.leaves, self._rows
+        code, big = ("i", _BIG) if N * (N + 1) < _BIG else ("d", INF)
         base = s
         while base > 0 and base not in rows and L[base] > 1:
             base -= 1
@@ -205,13 +226,17 @@ class ChainTable:
             if t in rows:
                 continue
             if t == 0 or L[t] == 1:
-                rows[t] = array("d", (self.cost(n, t) for n in range(N + 1)))
+                row = array(code, [0]) * (N + 1)      # allocated exactly (row_bytes_needed)
+                for n in range(N + 1):
+                    c = self.cost(n, t)
+                    row[n] = big if c == INF else int(c)
+                rows[t] = row
                 continue
-            prev, row = rows[t - 1], array("d", [0.0]) * (N + 1)
-            shifted = array("d", [INF]) * (N + 1)      # shifted[j] = j + R(j, t)
+            prev, row = rows[t - 1], array(code, [0]) * (N + 1)
+            shifted = array(code, [0]) * (N + 1)       # shifted[j] = j + R(j, t)
             for n in range(1, N + 1):
                 if n <= self.region(t) or self.in_second_band(n, t):
-                    row[n] = self.cost(n, t)
+                    row[n] = int(self.cost(n, t))
                 else:
                     row[n] = min(map(add, shifted[1:n], prev[n - 1:0:-1]))
                 shifted[n] = n + row[n]
