@@ -60,10 +60,8 @@ memory bincheck predicts to stay within 4/3 of store-all's time (``loop.memory_f
 
 from __future__ import annotations
 
-import gc
 import math
 import time
-import tracemalloc
 from dataclasses import dataclass
 
 import numpy
@@ -197,23 +195,9 @@ def plain_loop(step, T: int):
     return run
 
 
-def retained_mib(fn) -> tuple[float, object]:
-    """Traced bytes (MiB) still held after ``fn()`` returns (its result kept), and the result."""
-    gc.collect()
-    tracemalloc.start()
-    try:
-        out = fn()
-        gc.collect()
-        return tracemalloc.get_traced_memory()[0] / 2**20, out
-    finally:
-        tracemalloc.stop()
-
-
 def planned(fn, T: int, memory: int, params, state0, xs) -> BudgetPlan:
-    """``loop.preview``'s plan, walked once. The walk allocates what a first walk allocates: the
-    DP rows, before bincheck counted its planner's memory in the budget (they were built lazily,
-    inside the first gradient's peak); nothing since (the plan is made with its recorded walk,
-    inside the budget)."""
+    """``loop.preview``'s plan, walked once (which, since bincheck counts its planner's memory in
+    the budget, allocates nothing that stays)."""
     plan = binomial_checkpoint(fn, T, memory=memory).preview(params, state0, xs)
     plan.first_reverse_start
     for _ in plan:
@@ -257,14 +241,14 @@ def measure(cell_name: str, cfg: Config, repeats: int, seed: int, log=print) -> 
     for label, memory in budgets:
         row = dict(base, budget=label, memory_mib=memory / 2**20, units=(memory - wb) / sb)
         try:
-            plan_mib, plan = retained_mib(lambda: planned(cell.fn, T, memory, params, state0, xs))
+            plan = planned(cell.fn, T, memory, params, state0, xs)
+            plan_mib = plan.table_bytes / 2**20         # the planner's memory, in the budget
         except ValueError as err:
             rows.append(dict(row, status=f"refused: {err}"))
             log(f"  {cell_name} {label}: refused ({err})")
             continue
-        # The plan's schedule runs as a fixed plan (no probe inside the timed gradients). Not the
-        # BudgetPlan itself: its ``disk = False`` is read by CheckpointedLoop as a disk directory
-        # (TypeError in DiskStore; a bincheck bug, see README). Same actions, same counts.
+        # The plan's schedule runs as a fixed plan (no probe inside the timed gradients), as
+        # before bincheck fixed running a BudgetPlan itself (README). Same actions, same counts.
         fixed = plan.schedule
         counter = Counter(cell.fn)
         counted = grad(loss_of(CheckpointedLoop(counter, fixed)))
@@ -385,9 +369,8 @@ def measured_table(rows: list[dict], infos: list[dict]) -> str:
                    f"{info['store_all_peak_mib'] * 2**20 / info['state_bytes']:.0f} states' "
                    f"bytes. Every peak includes the returned gradient, "
                    f"{info['returned_mib']:.2f} MiB; 'within' = peak minus it <= the budget; the "
-                   f"plan's table = what a first walk of the plan allocates, outside the peak "
-                   f"(lazily built DP rows before the planner's memory was counted in the "
-                   f"budget; nothing since).\n")
+                   f"plan's table = the planner's own memory the plan keeps (its recorded walk; "
+                   f"`BudgetPlan.table_bytes`), inside the budget and the peak.\n")
         body = []
         for r in rs:
             if r["status"] != "ok":
