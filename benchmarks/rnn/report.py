@@ -135,7 +135,7 @@ def markdown(rows: list[Row]) -> str:
 
 CURVE_CAPTION = (
     "Line: bincheck predicted over num_ckpts. Time = the plan's plain evaluations x the measured "
-    "plain-step time + (per-step loss) T-1 plain output_fn calls x their measured time + T x the "
+    "plain-step time + (per-step loss) T plain output_fn calls x their measured time + T x the "
     "measured time of a taped step with its backward pass, over store-all's measured time. "
     "Memory = num_ckpts states + a fixed part (gradient, one step's tape, outputs) fitted from the "
     "measured bincheck points, against store-all's measured peak.")

@@ -111,11 +111,10 @@ def build(strategy: str, model: Cell | CharLM, state0, inputs, seq_len: int,
                     else None)
         loop = (CheckpointedLoop(step, schedule, output_fn=readout) if schedule is not None
                 else binomial_checkpoint(step, T, num_ckpts, output_fn=readout))
-        # output_fn runs plain once per step in the forward, except for the last segment, which
-        # the forward tapes (the reverse sweep starts with it); and once taped per step.
+        # output_fn runs once plain per step in the forward and once taped per step.
         run = loop
-        built = Built(None, loop, loop.predicted_plain_steps, T,
-                      loop.plan.first_reverse_start if per_step else None, out_taped)
+        built = Built(None, loop, loop.predicted_plain_steps, T, T if per_step else None,
+                      out_taped)
     elif strategy == "stacked-ys":
         if not per_step:
             raise ValueError("stacked-ys needs a per-step-loss problem (char-lm)")

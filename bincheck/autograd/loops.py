@@ -288,7 +288,8 @@ class CheckpointedLoop(_LoopBase):
             t0 = time.perf_counter()
             taped = tape_segment(stepper, *flatten(stepper.params)[::-1], call.boxed_leaves(0),
                                  executor.live, first.start > 0 or bool(call.boxed_leaves(1)),
-                                 call.boxed_leaves(2), first.start, self.seq_len)
+                                 call.boxed_leaves(2), first.start, self.seq_len,
+                                 plain_outputs=True)
             final = unflatten(stepper.s_def, taped.output_values())
             stats.tape_seconds += time.perf_counter() - t0
             stats.taped_steps += self.seq_len - first.start

@@ -18,7 +18,7 @@ from autograd.util import toposort
 
 from ..tree import conform, describe, flatten, unflatten
 from .boundary import InternalError, differentiable, expand_boxes
-from .steps import PlainStepper, call_fn
+from .steps import PlainStepper, call_fn, freeze
 
 
 class _Sink:
@@ -106,13 +106,18 @@ class Segment:
 
 
 def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_box: list, state: Any,
-                 box_state: bool, x_box: list, start: int, stop: int) -> Segment:
+                 box_state: bool, x_box: list, start: int, stop: int,
+                 plain_outputs: bool = False) -> Segment:
     """Tape steps ``start..stop-1`` from ``state``.
 
     Roots: ``("p", i)`` for params leaf ``i`` in ``p_box``, ``("s", j)`` for state leaf ``j``
     (when ``box_state``), ``("x", (t, k))`` for input leaf ``k`` at step ``t`` in ``x_box``.
     Unboxed leaves are handed to ``fn`` as the stepper's read-only views. Each step's ``y`` goes
-    to the stepper's outputs (recorded if new, compared under ``verify=True``).
+    to the stepper's outputs (recorded if new, compared under ``verify=True``). With
+    ``plain_outputs`` (the forward's taped last segment), a new step's ``y`` is first computed by
+    ``output_fn`` on plain values and recorded, as in every other step of the forward, and the
+    taped ``output_fn`` is the one its reversal needs: ``output_fn`` runs once plain and once
+    taped per step, the documented contract.
     """
     seg = Segment(start, stop)
     roots = seg.roots
@@ -153,6 +158,10 @@ def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_box: list,
             # containers of element boxes, so the next step and the adjoint see array leaves.
             st = conform(expand_boxes(st), s_def)
             if stepper.output_fn is not None:
+                if plain_outputs and stepper.ys is not None and t == stepper.ys.count:
+                    plain_st = freeze(unflatten(s_def, [getval(v) for v in flatten(st)[0]]))
+                    stepper.ys.add(t, call_fn(stepper.output_fn, (stepper.params, plain_st,
+                                                                  stepper.x_at(t)), t, "output_fn"))
                 y = call_fn(stepper.output_fn, (params, st, x), t, "output_fn")
             if y is not None:
                 y = expand_boxes(y)
