@@ -147,3 +147,16 @@ def test_output_fn_within_a_memory_budget():
     ref = lambda p: total(plain_loop(cell, p, h0, xs, l, output_fn=readout_pair))
     assert_trees_close(grad(lambda p: total(loop(p, h0, xs)))(params), grad(ref)(params))
     assert loop.stats.peak_bytes <= 400_000
+
+
+@pytest.mark.parametrize("l,s", [(1, 1), (3, 3), (6, 2)])
+def test_output_fn_closing_over_a_differentiated_value_raises(l, s):
+    """Whether the step is run plain or inside the forward's taped last segment (all of it when
+    l = 1), a y carrying an outside box would lose that dependency: refused, naming output_fn."""
+    params, h0, xs = problem(l)
+
+    def loss(w):
+        loop = binomial_checkpoint(cell, l, s, output_fn=lambda p, h, x: w * readout(p, h, x))
+        return np.sum(loop(params, h0, xs)[1])
+    with pytest.raises(TypeError, match="output_fn returned an autograd box"):
+        grad(loss)(1.5)

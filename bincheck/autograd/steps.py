@@ -139,12 +139,17 @@ class PlainStepper:
             if self.ys is not None:
                 self.ys.add(t, y)
         state = freeze(self.check_state(out, t))
+        self.record_output(state, t, x)
+        return state
+
+    def record_output(self, state: Any, t: int, x: Any) -> None:
+        """With ``output_fn``, compute step ``t``'s output on plain values and record it, the
+        first time the step is reached (never in replays). ``state`` must be frozen."""
         if self.output_fn is not None and self.ys is not None and t == self.ys.count:
             y = call_fn(self.output_fn, (self.params, state, x), t, "output_fn")
             if any(isbox(v) for v in flatten(y)[0]):
                 raise _closure_error("output_fn")
             self.ys.add(t, y)
-        return state
 
     def split_output(self, out: Any, t: int) -> tuple[Any, Any]:
         if not (type(out) in (tuple, list) and len(out) == 2):

@@ -158,10 +158,9 @@ def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_box: list,
             # containers of element boxes, so the next step and the adjoint see array leaves.
             st = conform(expand_boxes(st), s_def)
             if stepper.output_fn is not None:
-                if plain_outputs and stepper.ys is not None and t == stepper.ys.count:
+                if plain_outputs:
                     plain_st = freeze(unflatten(s_def, [getval(v) for v in flatten(st)[0]]))
-                    stepper.ys.add(t, call_fn(stepper.output_fn, (stepper.params, plain_st,
-                                                                  stepper.x_at(t)), t, "output_fn"))
+                    stepper.record_output(plain_st, t, stepper.x_at(t))
                 y = call_fn(stepper.output_fn, (params, st, x), t, "output_fn")
             if y is not None:
                 y = expand_boxes(y)
