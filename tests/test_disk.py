@@ -280,3 +280,13 @@ def test_forward_mode_writes_no_snapshots(tmp_path):
         DiskStore.put = real_put
     assert written == [0, 1] * 2             # the two probes' timing writes only
     assert os.listdir(tmp_path) == []
+
+
+def test_memory_store_without_disk_names_a_missing_checkpoint():
+    from bincheck.runtime.store import MemoryStore
+    store = MemoryStore()
+    store.put(0, numpy.ones(3))
+    assert store.get(0).sum() == 3 and 0 in store and 5 not in store
+    for op in (store.get, store.pop):
+        with pytest.raises(KeyError, match="no checkpoint of state 5"):
+            op(5)

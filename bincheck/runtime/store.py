@@ -49,14 +49,19 @@ class MemoryStore:
         self.nbytes += size
         self.peak_nbytes = max(self.peak_nbytes, self.nbytes)
 
+    def _on_disk(self, index: int) -> Any:
+        if self.disk is None:
+            raise KeyError(f"no checkpoint of state {index}")
+        return self.disk
+
     def get(self, index: int) -> Any:
         entry = self._states.get(index)
-        return self.disk.get(index) if entry is None else entry[0]
+        return self._on_disk(index).get(index) if entry is None else entry[0]
 
     def pop(self, index: int) -> Any:
         entry = self._states.pop(index, None)
         if entry is None:
-            self.disk.pop(index)
+            self._on_disk(index).pop(index)
             return None
         self.nbytes -= entry[1]
         return entry[0]
