@@ -16,7 +16,6 @@ its derivative is another loop (:meth:`_LoopBase.derivative_loop`), which is how
 from __future__ import annotations
 
 import itertools
-import os
 import time
 from dataclasses import replace
 from typing import Any, Callable
@@ -32,7 +31,7 @@ from ..schedule.actions import Reverse
 from ..schedule.binomial import Plan
 from ..schedule.budget import BudgetPlan, MemoryBudget, Sizes, memory_for, parse_bytes
 from ..schedule.simulate import ScheduleError, simulate
-from ..schedule.validate import (check_bool, check_callable, check_positive_int,
+from ..schedule.validate import (check_bool, check_callable, check_disk, check_positive_int,
                                  exactly_one_budget, short_repr)
 from ..tree import flatten, unflatten
 from .boundary import Call, Group, Pending, reverse_traced, values
@@ -303,25 +302,6 @@ def _one_of(num_ckpts: Any, memory: Any) -> int | None:
     """Exactly one of num_ckpts and memory; returns memory in bytes (None with num_ckpts)."""
     exactly_one_budget(num_ckpts, memory)
     return None if memory is None else parse_bytes(memory)
-
-
-def check_disk(disk: Any, memory: Any) -> Any:
-    """None (RAM only), True (a temporary directory) or a directory path; needs ``memory``."""
-    if disk is None or disk is False:
-        return None
-    if disk is not True and not isinstance(disk, (str, os.PathLike)):
-        raise TypeError(f"disk must be None, True (a private temporary directory) or a "
-                        f"directory path; got {short_repr(disk)} of type {type(disk).__name__}")
-    if memory is None:
-        raise TypeError("disk=... needs memory=... (the RAM budget; states beyond it go to "
-                        "disk)")
-    if disk is True:
-        return True
-    path = os.fspath(disk)
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"disk={short_repr(path)}: no such directory (bincheck writes its "
-                                f"snapshots into a private subdirectory of an existing one)")
-    return path
 
 
 def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None,

@@ -29,7 +29,7 @@ import numpy as np
 from autograd.core import add_outgrads, vspace
 from autograd.util import toposort
 
-from ..runtime.disk import open_disk
+from ..runtime.disk import disk_seconds
 from ..schedule.budget import Sizes
 from ..tree import flatten
 from .boundary import differentiable
@@ -130,23 +130,6 @@ def _nbytes(g: Any) -> int:
     return sum(_nbytes(v) for v in g) if isinstance(g, (tuple, list)) else 8
 
 
-def _disk_seconds(state: Any, base: Any) -> tuple[float, float]:
-    """Seconds to write ``state`` to a disk store under ``base`` and to read it back."""
-    store = open_disk(base)
-    try:
-        writes, reads = [], []
-        for i in range(2):
-            t0 = time.perf_counter()
-            store.put(i, state)
-            t1 = time.perf_counter()
-            store.get(i)
-            writes.append(t1 - t0)
-            reads.append(time.perf_counter() - t1)
-        return min(writes), min(reads)
-    finally:
-        store.close()
-
-
 def probe(stepper: PlainStepper, state0: Any, p_box: list, x_box: list,
           disk: Any = None) -> Sizes:
     """Sizes and times of one step, from step 0 of ``stepper``'s loop (four evaluations of fn).
@@ -176,7 +159,7 @@ def probe(stepper: PlainStepper, state0: Any, p_box: list, x_box: list,
     backward_peak = _backward_peak(ends, cots)
     t4 = time.perf_counter()
     work = tape_bytes + backward_peak + WORK_STATES * state_bytes + INTERPRETER_BYTES
-    write_s, read_s = _disk_seconds(state1, disk) if disk not in (None, False) else (None, None)
+    write_s, read_s = disk_seconds(state1, disk) if disk not in (None, False) else (None, None)
     return Sizes(state_bytes, tape_bytes, work, max(min(plain_times), 1e-9),
                  max(min(taped_times) + (t4 - t3), 1e-9), write_s, read_s)
 

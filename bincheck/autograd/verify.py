@@ -29,15 +29,12 @@ from typing import Any
 import numpy as np
 from autograd.tracer import getval
 
+from ..runtime.errors import NondeterministicStepError
 from ..schedule.actions import Action, Advance, Free, Restore
 from ..tree import flatten
 
 RTOL = 1e-9
 FLOOR = 1e-6       # a leaf's scale is at least this fraction of the state's largest magnitude
-
-
-class NondeterministicStepError(RuntimeError):
-    """``verify=True`` found a recomputed state that differs from an earlier evaluation."""
 
 
 def compare(what: str, reference: list, leaves: list, rtol: float, how: str,

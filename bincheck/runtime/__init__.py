@@ -5,8 +5,9 @@
 is what one gradient did. The autograd adapter supplies the stepper; nothing here imports it.
 """
 
+from .errors import NondeterministicStepError
 from .executor import Executor, Observer, Stepper
 from .stats import LoopStats
 from .store import MemoryStore, Store
 
-__all__ = ["Executor", "Observer", "Stepper", "LoopStats", "MemoryStore", "Store"]
+__all__ = ["NondeterministicStepError", "Executor", "Observer", "Stepper", "LoopStats", "MemoryStore", "Store"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 import weakref
 import zlib
 from typing import Any
@@ -42,10 +43,42 @@ def _check_dir(base: str | None) -> str:
     return base
 
 
+class NumpyCodec:
+    """How numpy leaves go to disk and come back exactly: a Python scalar as its type, a numpy
+    scalar as a numpy scalar of its dtype, an array (0-d included) as a read-only array of its
+    shape. A front end for another framework supplies its own codec (``encode(leaf, what) ->
+    (numeric ndarray, meta)``, ``decode(ndarray, meta) -> leaf``): the store itself only ever
+    sees numeric numpy arrays."""
+
+    @staticmethod
+    def encode(leaf: Any, what: str) -> tuple[np.ndarray, Any]:
+        kind = type(leaf) if type(leaf) in (bool, int, float, complex) else \
+            np.generic if isinstance(leaf, np.generic) else None
+        array = np.asarray(leaf)
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
+        if array.dtype.kind not in "biufc":
+            raise TypeError(f"only numeric arrays go to disk; {what} has dtype {array.dtype}")
+        return array, kind
+
+    @staticmethod
+    def decode(array: np.ndarray, kind: Any) -> Any:
+        if kind is np.generic:
+            return array[()]
+        if kind is not None:
+            return kind(array.item())
+        array.setflags(write=False)
+        return array
+
+
+NUMPY = NumpyCodec()
+
+
 class DiskStore:
     """States written to files under a private directory (see the module docstring)."""
 
-    def __init__(self, base: str | None = None) -> None:
+    def __init__(self, base: str | None = None, codec: Any = NUMPY) -> None:
+        self.codec = codec
         parent = _check_dir(base)
         try:
             self.path = tempfile.mkdtemp(prefix="bincheck-", dir=parent)
@@ -69,16 +102,7 @@ class DiskStore:
         self._entries[index] = (treedef, files)
 
     def _write(self, index: int, k: int, leaf: Any) -> tuple:
-        # How to give the leaf back exactly: a Python scalar as its type, a numpy scalar as a
-        # numpy scalar of its dtype, an array (0-d included) as an array of its shape.
-        kind = type(leaf) if type(leaf) in (bool, int, float, complex) else \
-            np.generic if isinstance(leaf, np.generic) else None
-        array = np.asarray(leaf)
-        if not array.flags.c_contiguous:
-            array = np.ascontiguousarray(array)
-        if array.dtype.kind not in "biufc":
-            raise TypeError(f"only numeric arrays go to disk; state leaf {k} of snapshot "
-                            f"{index} has dtype {array.dtype}")
+        array, meta = self.codec.encode(leaf, f"state leaf {k} of snapshot {index}")
         name = os.path.join(self.path, f"{index}-{k}.npy")
         try:
             with open(name, "wb") as f:
@@ -89,14 +113,14 @@ class DiskStore:
                                      f"{err.strerror}", name) from None
         size = os.path.getsize(name)
         self.bytes_written += array.nbytes
-        return name, size, zlib.crc32(array.tobytes()), array.dtype, array.shape, kind
+        return name, size, zlib.crc32(array.tobytes()), array.dtype, array.shape, meta
 
     def get(self, index: int) -> Any:
         treedef, files = self._entries[index]
         return unflatten(treedef, [self._read(*entry) for entry in files])
 
     def _read(self, name: str, size: int, crc: int, dtype: Any, shape: tuple,
-              kind: type | None) -> Any:
+              meta: Any) -> Any:
         try:
             actual = os.path.getsize(name)
             with open(name, "rb") as f:
@@ -110,12 +134,7 @@ class DiskStore:
                 f"snapshot file {name!r} changed since it was written (size {actual} vs {size} "
                 f"bytes, or its checksum): refusing to compute a gradient from it")
         self.bytes_read += array.nbytes
-        if kind is np.generic:
-            return array[()]
-        if kind is not None:
-            return kind(array.item())
-        array.setflags(write=False)
-        return array
+        return self.codec.decode(array, meta)
 
     def pop(self, index: int) -> None:
         for name, *_ in self._entries.pop(index)[1]:
@@ -130,12 +149,30 @@ class DiskStore:
         self._finalizer()
 
 
-def open_disk(disk: bool | str | None) -> DiskStore | None:
+def open_disk(disk: bool | str | None, codec: Any = NUMPY) -> DiskStore | None:
     """A call's disk store: None without a disk tier, else a private directory (in the system's
     temporary directory for ``disk=True``, inside ``disk`` for a path)."""
     if disk is None or disk is False:
         return None
-    return DiskStore(None if disk is True else disk)
+    return DiskStore(None if disk is True else disk, codec)
+
+
+def disk_seconds(state: Any, base: Any, codec: Any = NUMPY) -> tuple[float, float]:
+    """Seconds to write ``state`` to a disk store under ``base`` and to read it back (the faster
+    of two tries each)."""
+    store = open_disk(base, codec)
+    try:
+        writes, reads = [], []
+        for i in range(2):
+            t0 = time.perf_counter()
+            store.put(i, state)
+            t1 = time.perf_counter()
+            store.get(i)
+            writes.append(t1 - t0)
+            reads.append(time.perf_counter() - t1)
+        return min(writes), min(reads)
+    finally:
+        store.close()
 
 
 def _remove(name: str) -> None:

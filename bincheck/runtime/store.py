@@ -7,7 +7,7 @@ holds are read-only views, so nothing can write into them).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -22,20 +22,24 @@ class Store(Protocol):
 
 
 def state_nbytes(state: Any) -> int:
-    """Array bytes of a state (its leaves' ``nbytes``)."""
+    """Array bytes of a numpy state (its leaves' ``nbytes``)."""
     return sum(int(np.asarray(v).nbytes) for v in flatten(state)[0])
 
 
 class MemoryStore:
     """Snapshots kept in RAM by reference (counting the array bytes they hold), and on disk in a
-    :class:`~bincheck.runtime.disk.DiskStore` when the schedule says ``storage="disk"``."""
+    :class:`~bincheck.runtime.disk.DiskStore` when the schedule says ``storage="disk"``.
 
-    __slots__ = ("_states", "nbytes", "peak_nbytes", "disk")
+    ``size`` measures a state in bytes: :func:`state_nbytes` for numpy states; a front end for
+    another framework passes its own (the only framework-specific part of this store)."""
 
-    def __init__(self, disk: Any = None) -> None:
+    __slots__ = ("_states", "nbytes", "peak_nbytes", "disk", "size")
+
+    def __init__(self, disk: Any = None, size: Callable[[Any], int] = state_nbytes) -> None:
         self._states: dict[int, tuple[Any, int]] = {}
         self.nbytes = self.peak_nbytes = 0
         self.disk = disk
+        self.size = size
 
     def put(self, index: int, state: Any, storage: str = "ram") -> None:
         if storage == "disk":
@@ -44,7 +48,7 @@ class MemoryStore:
                                  f"has no disk (pass disk=True or disk='/some/dir')")
             self.disk.put(index, state)
             return
-        size = state_nbytes(state)
+        size = self.size(state)
         self._states[index] = (state, size)
         self.nbytes += size
         self.peak_nbytes = max(self.peak_nbytes, self.nbytes)

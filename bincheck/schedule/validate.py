@@ -10,6 +10,8 @@ Python ``int`` / ``bool``, so ``numpy.int64(5)`` and ``numpy.bool_(True)`` work 
 from __future__ import annotations
 
 import numbers
+import os
+from typing import Any
 
 NUM_CKPTS_RULE = " (it counts stored states, the initial one included)"
 
@@ -62,3 +64,22 @@ def check_callable(name: str, value: object, signature: str) -> None:
     if not callable(value):
         raise TypeError(f"{name} must be callable as {signature}; got {short_repr(value)} of type "
                         f"{type(value).__name__}")
+
+
+def check_disk(disk: Any, memory: Any) -> Any:
+    """None (RAM only), True (a temporary directory) or a directory path; needs ``memory``."""
+    if disk is None or disk is False:
+        return None
+    if disk is not True and not isinstance(disk, (str, os.PathLike)):
+        raise TypeError(f"disk must be None, True (a private temporary directory) or a "
+                        f"directory path; got {short_repr(disk)} of type {type(disk).__name__}")
+    if memory is None:
+        raise TypeError("disk=... needs memory=... (the RAM budget; states beyond it go to "
+                        "disk)")
+    if disk is True:
+        return True
+    path = os.fspath(disk)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"disk={short_repr(path)}: no such directory (bincheck writes its "
+                                f"snapshots into a private subdirectory of an existing one)")
+    return path

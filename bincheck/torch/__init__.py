@@ -1,0 +1,24 @@
+"""The PyTorch front end: the only package of bincheck that imports torch.
+
+One concept per module, the same roles as :mod:`bincheck.autograd` (imports flow one way:
+``loops``/``while_loop`` -> ``function`` -> ``sweep`` -> ``steps`` -> ``boundary``; ``store``,
+``context``, ``probe`` beside them):
+
+* :mod:`.boundary`   user arguments (tensors, trees, an ``nn.Module``) <-> the Function's leaves;
+                     parameter aliases
+* :mod:`.context`    autocast and RNG captured at the forward, re-entered in the backward
+* :mod:`.store`      snapshots by reference with a version guard and their RNG state; disk codec
+* :mod:`.steps`      checked plain steps, taped segments, per-step outputs, ``verify``
+* :mod:`.sweep`      the reverse sweep: one pullback per taped segment, cotangents once
+* :mod:`.function`   the ``torch.autograd.Function`` (retain_graph and create_graph included)
+* :mod:`.probe`      sizes and times of one step, for byte budgets
+* :mod:`.loops`      :func:`binomial_checkpoint`
+* :mod:`.while_loop` :func:`checkpointed_while_loop`
+"""
+
+from ..runtime.errors import NondeterministicStepError
+from .loops import CheckpointedLoop, binomial_checkpoint
+from .while_loop import WhileLoop, checkpointed_while_loop
+
+__all__ = ["binomial_checkpoint", "checkpointed_while_loop", "CheckpointedLoop", "WhileLoop",
+           "NondeterministicStepError"]

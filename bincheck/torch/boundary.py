@@ -1,0 +1,139 @@
+"""User arguments <-> the leaves of one ``torch.autograd.Function`` call.
+
+Every tensor the loop reads is an explicit input of the Function: the leaves of ``params`` (or
+an ``nn.Module``'s parameters), of ``init_state`` and of ``inputs``. That is what lets
+``.backward()``, ``torch.autograd.grad(loss, anything)``, tensor hooks, optimizers and DDP see
+exactly one gradient per parameter (the reentrant checkpoint's habit of reaching closed-over
+parameters by side effect gives a silently wrong ``autograd.grad`` and fires hooks per segment).
+Inside the Function, taped steps run on *aliases*: detached tensors sharing the parameters'
+storage, made once per call; their accumulated ``.grad`` is returned as the parameters' gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ..schedule.validate import short_repr
+from ..tree import LEAF, flatten, unflatten
+
+
+class InternalError(AssertionError):
+    """A bincheck invariant failed (a bug in bincheck, never in the user's code)."""
+
+
+def differentiable(v: Any) -> bool:
+    return isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex())
+
+
+class _Apply(nn.Module):
+    """Runs a callable with a user module as its first argument, so that
+    ``torch.func.functional_call`` can substitute the module's parameters for the call."""
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.m = module
+
+    def forward(self, body: Callable, *args: Any) -> Any:
+        return body(self.m, *args)
+
+
+class Args:
+    """One call's arguments flattened: ``p`` (params), ``s`` (state) and ``x`` (inputs) leaves."""
+
+    __slots__ = ("module", "p_names", "p_def", "s_def", "x_def", "p", "s", "x", "_apply",
+                 "seq_len")
+
+    def __init__(self, params: Any, init_state: Any, inputs: Any, seq_len: int | None) -> None:
+        if isinstance(params, nn.Module):
+            self.module = params
+            named = list(params.named_parameters())
+            self.p_names = [n for n, _ in named]
+            self.p = [p for _, p in named]
+            self.p_def = None
+            self._apply = _Apply(params)
+        else:
+            self.module, self.p_names, self._apply = None, None, None
+            self.p, self.p_def = flatten(params)
+        self.s, self.s_def = flatten(init_state)
+        self.x, self.x_def = flatten(inputs)
+        self.seq_len = seq_len
+        check_state(self.s)
+        if seq_len is not None:
+            check_inputs(self.x, inputs, seq_len)
+
+    @property
+    def leaves(self) -> list:
+        return self.p + self.s + self.x
+
+    def split(self, leaves: tuple) -> tuple[list, list, list]:
+        a, b = len(self.p), len(self.p) + len(self.s)
+        if len(leaves) != b + len(self.x):
+            raise InternalError(f"{len(leaves)} leaves for {b + len(self.x)} arguments")
+        return list(leaves[:a]), list(leaves[a:b]), list(leaves[b:])
+
+    def params(self, leaves: list | None = None) -> Any:
+        """The params object ``fn`` receives: the module itself, or the tree of ``leaves``."""
+        if self.module is not None:
+            return self.module
+        return unflatten(self.p_def, self.p if leaves is None else leaves)
+
+    def call_with(self, aliases: list | None, body: Callable, *args: Any) -> Any:
+        """``body(params, *args)`` with the parameters replaced by ``aliases`` (None: as given).
+        A module's parameters are substituted with ``torch.func.functional_call``."""
+        if aliases is None:
+            return body(self.params(), *args)
+        if self.module is None:
+            return body(unflatten(self.p_def, aliases), *args)
+        swap = {f"m.{n}": a for n, a in zip(self.p_names, aliases)}
+        return torch.func.functional_call(self._apply, swap, (body, *args))
+
+    def x_at(self, t: int, leaves: list | None = None) -> Any:
+        leaves = self.x if leaves is None else leaves
+        if self.x_def is LEAF:
+            return leaves[0][t]
+        return unflatten(self.x_def, [leaf[t] for leaf in leaves])
+
+    def state(self, leaves: list) -> Any:
+        return unflatten(self.s_def, leaves)
+
+
+def aliases(leaves: list, wanted: list[bool]) -> list:
+    """Detached stand-ins for the parameters inside the Function: the same storage, and
+    ``requires_grad`` where a gradient is wanted (their ``.grad`` accumulates over the sweep)."""
+    out = []
+    for v, want in zip(leaves, wanted):
+        if isinstance(v, torch.Tensor):
+            v = v.detach()
+            if want:
+                v.requires_grad_()
+        out.append(v)
+    return out
+
+
+def check_state(leaves: list) -> None:
+    for k, v in enumerate(leaves):
+        if not isinstance(v, torch.Tensor):
+            which = "" if len(leaves) == 1 else f" (leaf {k} of {len(leaves)})"
+            raise TypeError(f"init_state must be a tensor or a tuple/list/dict of tensors; got "
+                            f"{short_repr(v)} of type {type(v).__name__}{which}")
+
+
+def check_inputs(leaves: list, inputs: Any, seq_len: int) -> None:
+    for k, v in enumerate(leaves):
+        if not isinstance(v, torch.Tensor):
+            raise TypeError(f"inputs must be None, a tensor or a tuple/list/dict of tensors with "
+                            f"leading length seq_len={seq_len}; got {short_repr(v)} of type "
+                            f"{type(v).__name__}")
+        if v.dim() == 0 or v.shape[0] != seq_len:
+            got = "a 0-d tensor" if v.dim() == 0 else f"leading length {v.shape[0]}"
+            which = "" if len(leaves) == 1 else f" (leaf {k} of {len(leaves)})"
+            hint = ""
+            if type(inputs) in (list, tuple) and len(inputs) == seq_len:
+                hint = (f". inputs is a {type(inputs).__name__} of {seq_len} items: if they are "
+                        f"the per-step inputs, pass torch.stack(inputs)")
+            raise ValueError(f"inputs must have leading length seq_len={seq_len} (step t "
+                             f"receives inputs[t]); got {got}{which} (shape "
+                             f"{tuple(v.shape)}){hint}")

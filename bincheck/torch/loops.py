@@ -1,0 +1,269 @@
+"""The schedule-driven front end for PyTorch, :func:`binomial_checkpoint`.
+
+A loop object holds configuration only, frozen after construction; everything one call needs
+lives on that call (:class:`~.function.Call`), so one loop can serve two threads, two calls in one
+loss, or a call from inside its own step. ``loop.stats`` (and, with a memory budget,
+``loop.last_plan``) are published results, replaced whole when a call completes.
+
+Entering a loop (:meth:`_TorchLoop._run`) picks one of three paths:
+
+* nothing needs a gradient (``no_grad``, ``inference_mode``, or no tensor requiring grad): the
+  plain loop under ``no_grad``, keeping nothing;
+* a ``torch.func`` transform or forward-mode AD is tracing the arguments: the plain loop in the
+  caller's modes, so the transform sees ordinary torch operations (exact, without checkpointing:
+  forward mode needs no stored states; a reverse-mode ``torch.func`` transform stores all);
+* otherwise, reverse mode: one :class:`~.function.LoopFunction` call, checkpointed.
+
+The entry is hidden from ``torch.compile`` (``torch.compiler.disable``): a compiled loss breaks its
+graph at the loop, and the step itself may be compiled (``binomial_checkpoint(torch.compile(cell),
+...)``).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import Any, Callable
+
+import torch
+
+from ..runtime.stats import LoopStats
+from ..schedule.binomial import Plan
+from ..schedule.budget import BudgetPlan, MemoryBudget, Sizes, parse_bytes
+from ..schedule.simulate import simulate
+from ..schedule.validate import (check_bool, check_callable, check_disk, check_positive_int,
+                                 exactly_one_budget)
+from ..tree import flatten, unflatten
+from .boundary import Args, aliases, differentiable
+from .function import Call, LoopFunction
+from .probe import probe
+from .steps import Outputs, Steps
+
+
+def _traced(v: Any) -> bool:
+    """``v`` is being traced by a torch.func transform or carries a forward-mode tangent."""
+    if not isinstance(v, torch.Tensor):
+        return False
+    if torch._C._functorch.is_functorch_wrapped_tensor(v):
+        return True
+    return torch.autograd.forward_ad.unpack_dual(v).tangent is not None
+
+
+class _TorchLoop:
+    """What both torch front ends share: configuration, the three entry paths, publishing."""
+
+    _published = ("stats", "last_plan")
+    label = "fn"
+    output_fn: Callable | None = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in self._published and getattr(self, "_frozen", False):
+            raise AttributeError(f"{type(self).__name__} is configured once: create a new loop "
+                                 f"instead of setting {name!r}")
+        object.__setattr__(self, name, value)
+
+    def _freeze(self) -> None:
+        self.stats = LoopStats()
+        object.__setattr__(self, "_frozen", True)
+
+    def _run(self, args: Args) -> Any:
+        leaves = args.leaves
+        if any(_traced(v) for v in leaves):
+            outs, y_def = self.plain_graph(args, None, args.s, args.x)
+            return self.unpack(args, outs, y_def)
+        if not torch.is_grad_enabled() or not any(
+                isinstance(v, torch.Tensor) and v.requires_grad for v in leaves):
+            return self.run_plain(args)
+        call = self.new_call(args)
+        outs = LoopFunction.apply(call, *leaves)
+        return self.unpack(args, list(outs), call.ys.y_def if call.ys else None)
+
+    def unpack(self, args: Args, outs: list, y_def: Any) -> Any:
+        n_s = len(args.s)
+        state = args.state(outs[:n_s])
+        if self.output_fn is None:
+            return state
+        return state, unflatten(y_def, outs[n_s:])
+
+    def new_call(self, args: Args) -> Call:
+        return Call(self, args)
+
+
+class CheckpointedLoop(_TorchLoop):
+    """``loop(params, init_state, inputs)`` driven by a schedule; see :func:`binomial_checkpoint`."""
+
+    def __init__(self, fn: Callable, schedule: Any, verify: bool = False,
+                 output_fn: Callable | None = None, preserve_rng_state: bool = True,
+                 disk: Any = None) -> None:
+        check_callable("fn", fn, "fn(params, state, x) -> new_state")
+        if output_fn is not None:
+            check_callable("output_fn", output_fn, "output_fn(params, new_state, x) -> y")
+        self.fn, self.schedule, self.seq_len = fn, schedule, schedule.seq_len
+        self.output_fn = output_fn
+        self.verify = check_bool("verify", verify)
+        self.preserve_rng_state = check_bool("preserve_rng_state", preserve_rng_state)
+        self.disk = disk
+        self.budget = SizeCache() if isinstance(schedule, MemoryBudget) else None
+        self.last_plan = None
+        self._freeze()
+
+    def __repr__(self) -> str:
+        name = getattr(self.fn, "__name__", repr(self.fn))
+        return f"bincheck.torch.CheckpointedLoop({name}, {self.schedule!r})"
+
+    @torch.compiler.disable
+    def __call__(self, params: Any, init_state: Any, inputs: Any = None) -> Any:
+        return self._run(Args(params, init_state, inputs, self.seq_len))
+
+    @property
+    def plan(self) -> Any:
+        """The schedule: fixed, or with a memory budget the plan of the last call (or preview)."""
+        return self.last_plan if self.budget is not None else self.schedule
+
+    def run_plain(self, args: Args) -> Any:
+        stats, ys = LoopStats(), Outputs() if self.output_fn is not None else None
+        steps = Steps(self.fn, self.output_fn, args, stats, ys, False, self.label)
+        state0 = args.state([v.detach().clone() for v in args.s])
+        state = steps.advance(state0, 0, self.seq_len)
+        stats.num_steps = self.seq_len
+        self.stats = stats
+        if ys is None:
+            return state
+        return state, unflatten(ys.y_def, ys.stacked())
+
+    def plain_graph(self, args: Args, p: list | None, s: list, x: list) -> tuple[list, Any]:
+        """The uncheckpointed loop in the current grad modes, from these leaves: its output
+        leaves and the structure of ``output_fn``'s result."""
+        n, out_fn = self.seq_len, self.output_fn
+        ys = Outputs(keep_graph=True)
+
+        def body(params: Any, state: Any) -> list:
+            for t in range(n):
+                xt = args.x_at(t, x) if x else None
+                state = self.fn(params, state, xt)
+                if out_fn is not None:
+                    ys.add(t, out_fn(params, state, xt))
+            return flatten(state)[0] + ys.stacked()
+        return args.call_with(p, body, args.state(s)), ys.y_def
+
+    def schedule_for(self, call: Call) -> Any:
+        if self.budget is None:
+            return self.schedule
+        plan = self.budget.plan(self.seq_len, self.schedule.memory, self.budget.sizes(call),
+                                self.disk is not None)
+        self.last_plan = plan
+        return plan
+
+    def disk_for(self, schedule: Any) -> Any:
+        """The disk directory a call with this schedule writes to (None: RAM only)."""
+        return self.disk if getattr(schedule, "disk", False) else None
+
+    def preview(self, params: Any, init_state: Any, inputs: Any = None) -> BudgetPlan:
+        """Measure one step (four evaluations of fn) and return the plan a gradient w.r.t. all
+        floating-point params would use: evaluations, peak bytes, time relative to store-all."""
+        call = self.new_call(Args(params, init_state, inputs, self.seq_len))
+        call.p_want = [differentiable(v) for v in call.args.p]
+        call.steps.aliases = aliases(call.args.p, call.p_want)
+        call.state0 = call.args.state([v.detach().clone() for v in call.args.s])
+        sizes = (self.budget or SizeCache()).sizes(call, self.disk)
+        if self.budget is not None:
+            plan = self.budget.plan(self.seq_len, self.schedule.memory, sizes,
+                                    self.disk is not None)
+            self.last_plan = plan
+            return plan
+        peak = getattr(self.schedule, "peak_checkpoints", None)
+        if peak is None:
+            peak = simulate(self.schedule).peak_checkpoints
+        return BudgetPlan(self.seq_len, sizes.work_bytes + min(peak, self.seq_len) *
+                          sizes.state_bytes, replace(sizes, tape_bytes=None))
+
+
+class SizeCache:
+    """Measured :class:`Sizes` and plans, per argument signature (shapes, dtypes, devices, which
+    arguments are differentiated)."""
+
+    def __init__(self) -> None:
+        self._sizes: dict = {}
+        self._plans: dict = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def signature(call: Call, disk: Any) -> tuple:
+        def sig(leaves: list) -> tuple:
+            return tuple((tuple(v.shape), v.dtype, v.device) if isinstance(v, torch.Tensor)
+                         else type(v) for v in leaves)
+        args = call.args
+        return (sig(args.p), sig(args.s), sig(args.x), tuple(call.p_want),
+                tuple(call.steps.x_want), disk is not None)
+
+    def sizes(self, call: Call, disk: Any = None) -> Sizes:
+        key = self.signature(call, disk)
+        sizes = self._sizes.get(key)
+        if sizes is None:
+            sizes = probe(call, disk)
+            with self._lock:
+                sizes = self._sizes.setdefault(key, sizes)
+        return sizes
+
+    def plan(self, seq_len: int, memory: int, sizes: Sizes, disk: bool = False) -> BudgetPlan:
+        key = (seq_len, memory, sizes, disk)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = BudgetPlan(seq_len, memory, sizes, disk)
+            with self._lock:
+                plan = self._plans.setdefault(key, plan)
+        return plan
+
+
+def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None, *,
+                        memory: int | str | None = None, output_fn: Callable | None = None,
+                        verify: bool = False, disk: bool | str | None = None,
+                        preserve_rng_state: bool = True) -> CheckpointedLoop:
+    """Wrap ``fn(params, state, x) -> new_state`` into a torch loop differentiable with optimal
+    binomial checkpoints.
+
+    ``loop = binomial_checkpoint(fn, seq_len, num_ckpts)``; ``loop(params, init_state, inputs)``
+    returns the state after ``seq_len`` steps, step ``t`` receiving ``inputs[t]`` (each leaf's
+    ``t``-th slice; ``x=None`` when ``inputs`` is None). ``params`` is a tensor, a (nested)
+    tuple/list/dict of tensors, or an ``nn.Module`` (``fn`` then receives the module, e.g.
+    ``lambda cell, h, x: cell(x, h)``); ``init_state`` a tensor or a tree of tensors (integer
+    leaves are carried, not differentiated). ``.backward()`` and ``torch.autograd.grad`` reach
+    every parameter, the initial state and the inputs, exactly once each.
+
+    ``num_ckpts`` counts the states held at once **including the initial state** (Revolve's
+    convention): a gradient runs ``fn`` ``seq_len`` times taped and exactly ``t(seq_len,
+    num_ckpts)`` times without a graph (:func:`bincheck.plan`), in one reverse sweep.
+    ``memory="200MB"`` instead (an int is bytes) plans within bytes: the first gradient measures
+    one step and stores the optimal mix of states and taped segments that fits (Gruslys et al.'s
+    mixed policy); a budget below one state plus one step's working set raises a ValueError
+    naming the minimum, before the forward runs. ``disk=True`` or ``disk="/dir"`` (with
+    ``memory``) adds a disk tier for CPU tensors (raw bytes with a CRC32, in a private directory
+    removed after the sweep or any error).
+
+    ``output_fn(params, new_state, x) -> y`` gives a per-step output (a loss at every step): it
+    runs once per step on plain tensors in the forward and once under the tape when its step is
+    reversed, never in recomputations; the loop then returns ``(final_state, ys)`` with ``ys``
+    stacked along a new leading axis. ``output_fn`` must not draw random numbers.
+
+    ``preserve_rng_state=True`` stores the RNG state with each checkpoint, so that dropout in
+    ``fn`` draws in every recomputation what it drew in the forward, and the caller's random
+    stream advances as with the plain loop. ``verify=True`` (a debugging aid) compares every
+    recomputed state with its first evaluation and raises
+    :class:`~bincheck.NondeterministicStepError` if they differ.
+
+    ``fn`` must not update its arguments in place (states are kept by reference): an in-place
+    update raises a RuntimeError naming the step; the caller's ``init_state`` is never written.
+    Under ``no_grad`` / ``inference_mode`` the loop just runs; under ``torch.func`` transforms and
+    forward-mode AD it runs as the plain loop (exact, without checkpointing); a backward with
+    ``create_graph=True`` recomputes the loop with its whole graph (warned; exact).
+    """
+    check_callable("fn", fn, "fn(params, state, x) -> new_state")
+    exactly_one_budget(num_ckpts, memory)
+    if memory is not None:
+        memory = parse_bytes(memory)
+        disk = check_disk(disk, memory)
+        return CheckpointedLoop(fn, MemoryBudget(check_positive_int("seq_len", seq_len), memory,
+                                                 disk), verify, output_fn, preserve_rng_state,
+                                disk)
+    check_disk(disk, memory)
+    return CheckpointedLoop(fn, Plan(seq_len, num_ckpts), verify, output_fn, preserve_rng_state)

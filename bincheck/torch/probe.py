@@ -1,0 +1,86 @@
+"""Measuring one step of a torch loop: the sizes and times a byte budget is planned with.
+
+One probe runs step 0 plain and taped (with its backward), twice each, keeping the faster, inside
+``fork_rng`` so that the caller's random stream is untouched. Bytes come from the real tensors,
+never from an allocator's counters (which differ between CPU and CUDA builds):
+
+* ``state_bytes``: the storages a snapshot holds (a view counts its whole storage), plus the RNG
+  state kept beside it (5056 bytes on CPU) with ``preserve_rng_state``;
+* ``tape_bytes``: the storages one step's graph saves for its backward (counted with a
+  ``saved_tensors_hooks`` pack hook; the parameters' and inputs' own storages excluded), plus its
+  input state, which a kept tape holds too;
+* ``work_bytes``: what a reverse step holds beside the stored states: its tape, as much again for
+  the gradients its backward computes, the parameter gradient being added into the accumulated
+  one, and ``WORK_STATES`` states (live, adjoint, new adjoint, the output cotangent, state 0's copy);
+* with a disk tier, the time to write a state and read it back.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from ..runtime.disk import disk_seconds
+from ..runtime.stats import LoopStats
+from ..schedule.budget import Sizes
+from ..tree import flatten
+from .boundary import differentiable
+from .store import TENSORS, storage_bytes
+from .steps import Outputs, Steps
+
+WORK_STATES = 5
+
+
+def probe(call: Any, disk: Any = None) -> Sizes:
+    """Sizes and times of step 0 of ``call`` (its arguments, aliases and wanted inputs)."""
+    src = call.steps
+    stats = LoopStats()
+    steps = Steps(src.fn, src.output_fn, src.args, stats, None, False, src.label)
+    steps.aliases, steps.x_want = src.aliases, src.x_want
+    state0 = call.state0
+    owned: set = set()
+    storage_bytes(src.args.p + src.args.x, owned)
+    saved: list = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t)
+        return t
+
+    plain, taped = [], []
+    with torch.random.fork_rng(devices=call.ambient.devices):
+        for _ in range(2):
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                state1 = steps.step(state0, 0)
+            t1 = time.perf_counter()
+            saved.clear()
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                seg = steps.tape(state0, 0, 1, True)
+                outs = [o for o in seg.outs if o.requires_grad]
+                if src.output_fn is not None:
+                    steps.ys = Outputs()
+                    outs += [y for y in steps.taped_outputs(seg)[0] if y.requires_grad]
+            ins = [a for a in steps.aliases if isinstance(a, torch.Tensor) and a.requires_grad]
+            ins += [v for v in seg.ins if v.requires_grad]
+            if outs and ins:
+                torch.autograd.backward(outs, [torch.ones_like(o) for o in outs], inputs=ins,
+                                        retain_graph=True)
+            t2 = time.perf_counter()
+            plain.append(t1 - t0)
+            taped.append(t2 - t1)
+            for a in ins:
+                a.grad = None
+    leaves = flatten(state1)[0]
+    rng = call.rng.nbytes() if call.rng is not None else 0
+    state_bytes = storage_bytes(leaves) + rng
+    tape = storage_bytes(saved, set(owned))
+    tape += storage_bytes(flatten(state0)[0], {t.untyped_storage().data_ptr() for t in saved})
+    params = sum(a.numel() * a.element_size() for a, w in zip(src.aliases, call.p_want)
+                 if w and differentiable(a))
+    work = 2 * tape + params + WORK_STATES * state_bytes
+    write_s, read_s = disk_seconds(state1, disk, TENSORS) if disk not in (None, False) \
+        else (None, None)
+    return Sizes(state_bytes, tape, work, max(min(plain), 1e-9), max(min(taped), 1e-9),
+                 write_s, read_s)

@@ -1,0 +1,243 @@
+"""Steps of a torch loop: plain (no graph), taped (a graph over a whole segment), checked.
+
+Plain steps run under ``no_grad``. Each one is checked: the state it returns must have the
+structure, shapes, dtypes and devices of the initial state (so that any snapshot can stand in for
+any state), and it must not have written into its state or input in place (their version
+counters must not move: a snapshot is a reference, and an in-place update would corrupt it and,
+for state 0, the caller's tensor). A taped segment runs ``fn`` under ``enable_grad`` from detached
+copies of the state's leaves, with the parameter aliases (:mod:`.boundary`), and records what its
+pullback needs (:class:`Segment`). ``output_fn`` runs once per step on plain values, the first
+time a step is reached (never in replays), and once more under the tape when its step is reversed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import torch
+
+from ..runtime.errors import NondeterministicStepError
+from ..runtime.stats import LoopStats
+from ..tree import LEAF, conform, describe, flatten, unflatten
+from .boundary import Args, differentiable
+
+
+class Segment:
+    """Steps ``start..stop-1`` taped in one graph: the detached input leaves (``ins``), the output
+    leaves, each step's output state (with ``output_fn``) and the input slices taped for
+    gradients (``xs[t]``: leaf index -> slice)."""
+
+    __slots__ = ("start", "stop", "ins", "outs", "states", "xs")
+
+    def __init__(self, start: int, stop: int, ins: list, outs: list, states: list,
+                 xs: dict) -> None:
+        self.start, self.stop, self.ins, self.outs = start, stop, ins, outs
+        self.states, self.xs = states, xs
+
+
+class Outputs:
+    """Per-step outputs of ``output_fn``, recorded in step order, stacked at the end."""
+
+    __slots__ = ("items", "y_def", "keep_graph")
+
+    def __init__(self, keep_graph: bool = False) -> None:
+        self.items: list[list] = []
+        self.y_def: Any = None
+        self.keep_graph = keep_graph
+
+    @property
+    def count(self) -> int:
+        return len(self.items)
+
+    def add(self, t: int, y: Any) -> None:
+        leaves, y_def = flatten(y)
+        if self.y_def is None:
+            self.y_def = y_def
+        elif y_def != self.y_def:
+            raise ValueError(f"output_fn must return the same structure at every step; step {t} "
+                             f"returned {describe(y_def)}, step 0 {describe(self.y_def)}")
+        for k, v in enumerate(leaves):
+            if not isinstance(v, torch.Tensor):
+                raise TypeError(f"output_fn must return a tensor or a tuple/list/dict of "
+                                f"tensors; step {t} returned a {type(v).__name__} (leaf {k})")
+        self.items.append(leaves if self.keep_graph else [v.detach() for v in leaves])
+
+    def stacked(self) -> list:
+        if not self.items:
+            return []
+        return [torch.stack(col) for col in zip(*self.items)]
+
+
+class Fingerprints:
+    """``verify=True``: a fingerprint of every state the first time it is computed, compared with
+    every later computation of the same state (a replay, or the taped evaluation)."""
+
+    RTOL = 1e-6
+
+    def __init__(self) -> None:
+        self.seen: dict[int, list] = {}
+
+    def check(self, index: int, leaves: list, how: str) -> None:
+        prints = [(float(v.detach().double().sum()), float(v.detach().double().abs().sum()))
+                  for v in leaves]
+        old = self.seen.setdefault(index, prints)
+        for (a, a_abs), (b, b_abs) in zip(old, prints):
+            if abs(a - b) > self.RTOL * max(a_abs, b_abs, 1e-30) or \
+                    abs(a_abs - b_abs) > self.RTOL * max(a_abs, b_abs, 1e-30):
+                raise NondeterministicStepError(
+                    f"verify=True: state {index} (after step {index - 1}) differs when "
+                    f"recomputed ({how}): fn is not a deterministic function of (params, state, "
+                    f"x). Random draws are reproduced only from torch's default generators "
+                    f"(preserve_rng_state=True); other randomness or state outside the "
+                    f"arguments makes the gradient wrong")
+
+
+class Steps:
+    """The stepper of one call: plain ``advance`` and taped ``tape`` (see the module docstring)."""
+
+    __slots__ = ("fn", "output_fn", "args", "stats", "ys", "label", "meta", "aliases",
+                 "x_want", "verifier", "x_versions", "track")
+
+    def __init__(self, fn: Callable, output_fn: Callable | None, args: Args, stats: LoopStats,
+                 ys: Outputs | None, verify: bool = False, label: str = "fn") -> None:
+        self.fn, self.output_fn, self.args, self.stats, self.ys = fn, output_fn, args, stats, ys
+        self.label = label
+        self.meta = [(v.shape, v.dtype, v.device) for v in args.s]
+        self.aliases: list | None = None        # set once a gradient is wanted
+        self.x_want: list[int] = []             # input leaves whose cotangent is wanted
+        self.verifier = Fingerprints() if verify else None
+        # Inference tensors have no version counter (nothing can be stored under
+        # inference_mode anyway: no gradient follows).
+        self.track = not torch.is_inference_mode_enabled() and not any(
+            v.is_inference() for v in args.s + args.x)
+        self.x_versions = [v._version for v in args.x] if self.track else []
+
+    # ----------------------------------------------------------------------------- plain
+    def advance(self, state: Any, start: int, stop: int) -> Any:
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for t in range(start, stop):
+                state = self.step(state, t)
+        self.stats.plain_seconds += time.perf_counter() - t0
+        self.stats.plain_steps += stop - start
+        return state
+
+    def step(self, state: Any, t: int) -> Any:
+        args = self.args
+        x = args.x_at(t) if args.x else None
+        if self.track:
+            leaves = [state] if args.s_def is LEAF else flatten(state)[0]
+            versions = [v._version for v in leaves]
+        out = args.call_with(None, self.fn, state, x)
+        if self.track and ([v._version for v in leaves] != versions or
+                           [v._version for v in args.x] != self.x_versions):
+            raise self.in_place_error(t)
+        out, new = self.check(out, t)
+        if self.verifier is not None:
+            self.verifier.check(t + 1, new, "plain")
+        ys = self.ys
+        if ys is not None and self.output_fn is not None and t == ys.count:
+            ys.add(t, args.call_with(None, self.output_fn, out, x))
+        return out
+
+    def in_place_error(self, t: int) -> RuntimeError:
+        return RuntimeError(
+            f"{self.label} wrote into its state or input in place at step {t}. bincheck keeps "
+            f"states by reference (snapshots), and the caller's tensors must stay intact: update "
+            f"out of place (h = h + ... instead of h += ..., torch.cat or torch.where instead of "
+            f"h[i] = ...)")
+
+    def check(self, out: Any, t: int) -> tuple[Any, list]:
+        """``out`` conformed to the state's structure, and its leaves; raises naming step ``t``
+        if the structure, a shape, a dtype or a device changed."""
+        args = self.args
+        if args.s_def is LEAF and isinstance(out, torch.Tensor):
+            leaves = [out]
+        else:
+            leaves, new_def = flatten(out)
+            if new_def != args.s_def:
+                out = conform(out, args.s_def)
+                leaves, new_def = flatten(out)
+            if new_def != args.s_def:
+                raise ValueError(f"{self.label} must return a state with the structure of its "
+                                 f"input state; step {t} got {describe(args.s_def)} and returned "
+                                 f"{describe(new_def)}")
+        for k, (v, (shape, dtype, device)) in enumerate(zip(leaves, self.meta)):
+            if not isinstance(v, torch.Tensor) or v.shape != shape or v.dtype != dtype or \
+                    v.device != device:
+                got = f"{type(v).__name__}" if not isinstance(v, torch.Tensor) else \
+                    f"shape {tuple(v.shape)}, {v.dtype} on {v.device}"
+                raise ValueError(f"{self.label} must return state tensors of the shapes, dtypes "
+                                 f"and devices it received; at step {t} state leaf {k} was shape "
+                                 f"{tuple(shape)}, {dtype} on {device} and it returned {got}")
+        return out, leaves
+
+    # ----------------------------------------------------------------------------- taped
+    def x_taped(self, t: int, xs: dict) -> Any:
+        args = self.args
+        if not args.x:
+            return None
+        leaves = [leaf[t] for leaf in args.x]
+        if self.x_want:
+            slices = xs[t] = {}
+            for k in self.x_want:
+                leaves[k] = slices[k] = leaves[k].detach().requires_grad_()
+        return leaves[0] if args.x_def is LEAF else unflatten(args.x_def, leaves)
+
+    def tape(self, state: Any, start: int, stop: int, box_state: bool) -> Segment:
+        """Tape steps ``start..stop-1`` from ``state`` in one graph (``box_state``: the input
+        state's cotangent is wanted)."""
+        t0 = time.perf_counter()
+        leaves = [state] if self.args.s_def is LEAF else flatten(state)[0]
+        ins = [v.detach().requires_grad_(box_state and differentiable(v)) for v in leaves]
+        states: list = []
+        xs: dict = {}
+        keep = self.output_fn is not None
+
+        def body(params: Any, st: Any) -> Any:
+            for t in range(start, stop):
+                st, new = self.check(self.fn(params, st, self.x_taped(t, xs)), t)
+                if self.verifier is not None:
+                    self.verifier.check(t + 1, new, "taped")
+                if keep:
+                    states.append(st)
+            return st
+
+        with torch.enable_grad():
+            out = self.args.call_with(self.aliases, body, self.args.state(ins))
+        if [v._version for v in leaves] != [v._version for v in ins]:      # pragma: no cover
+            raise self.in_place_error(start)
+        self.stats.tape_seconds += time.perf_counter() - t0
+        self.stats.taped_steps += stop - start
+        outs = [out] if self.args.s_def is LEAF else flatten(out)[0]
+        return Segment(start, stop, ins, outs, states, xs)
+
+    def taped_outputs(self, seg: Segment) -> list:
+        """``output_fn`` under the tape for every step of ``seg``: per step, its output leaves."""
+        args = self.args
+
+        def body(params: Any) -> list:
+            return [flatten(self.output_fn(params, st, self.x_of(seg, t)))[0]
+                    for t, st in zip(range(seg.start, seg.stop), seg.states)]
+        with torch.enable_grad():
+            return args.call_with(self.aliases, body)
+
+    def x_of(self, seg: Segment, t: int) -> Any:
+        """Step ``t``'s input as the segment taped it (the same slices, so that gradients from
+        ``output_fn`` and from ``fn`` meet)."""
+        args = self.args
+        if not args.x:
+            return None
+        leaves = [leaf[t] for leaf in args.x]
+        for k, v in seg.xs.get(t, {}).items():
+            leaves[k] = v
+        return leaves[0] if args.x_def is LEAF else unflatten(args.x_def, leaves)
+
+    def plain_outputs(self, seg: Segment) -> None:
+        """Record the outputs of a segment taped in the forward, on plain values."""
+        with torch.no_grad():
+            for t, st in zip(range(seg.start, seg.stop), seg.states):
+                plain = unflatten(self.args.s_def, [v.detach() for v in flatten(st)[0]])
+                self.ys.add(t, self.args.call_with(None, self.output_fn, plain, self.args.x_at(t)
+                                                   if self.args.x else None))

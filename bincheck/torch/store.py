@@ -1,0 +1,128 @@
+"""Where a torch loop's snapshots live: RAM by reference (guarded), or disk as raw bytes.
+
+A snapshot is a reference to the tensors a step returned (no copy), so anything that writes into
+them in place would corrupt it. torch has no read-only tensors, but every tensor has a version
+counter that each in-place operation bumps (views share their base's counter): the store records
+the versions at ``put`` and checks them at ``get``, so a snapshot that changed is an error naming
+the state, never a wrong gradient. With ``preserve_rng_state`` each snapshot also keeps the RNG
+state at that point of the loop and restores it with the state, so that recomputed steps draw the
+random numbers (dropout) the forward drew.
+
+The disk tier reuses :class:`bincheck.runtime.disk.DiskStore` (private directory, CRC32 per file,
+cleanup on success, error and interrupt) with :class:`TensorCodec`: each tensor is written as its
+raw bytes (a uint8 ``.npy`` file, never a pickle) with dtype, shape and device kept in memory, so
+dtypes numpy lacks (bfloat16, float8) round-trip exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..runtime.store import MemoryStore
+from ..tree import flatten
+
+
+def storage_bytes(leaves: list, seen: set | None = None) -> int:
+    """Bytes of the distinct storages under ``leaves`` (a view costs its whole storage: that is
+    what holding it keeps alive). ``seen`` (storage pointers) is skipped and updated."""
+    seen = set() if seen is None else seen
+    total = 0
+    for v in leaves:
+        if isinstance(v, torch.Tensor) and v.layout == torch.strided:
+            storage = v.untyped_storage()
+            ptr = storage.data_ptr()
+            if ptr not in seen:
+                seen.add(ptr)
+                total += storage.nbytes()
+    return total
+
+
+def tensor_nbytes(state: Any) -> int:
+    return storage_bytes(flatten(state)[0])
+
+
+class Rng:
+    """The RNG states a loop's steps draw from: the CPU generator's and those of the CUDA devices
+    the loop's tensors live on (as ``torch.utils.checkpoint`` keeps them)."""
+
+    __slots__ = ("devices",)
+
+    def __init__(self, devices: list[int]) -> None:
+        self.devices = devices
+
+    def get(self) -> tuple:
+        return (torch.get_rng_state(),
+                [torch.cuda.get_rng_state(d) for d in self.devices])
+
+    @staticmethod
+    def set(saved: tuple, devices: list[int]) -> None:
+        cpu, cuda = saved
+        torch.set_rng_state(cpu)
+        for d, s in zip(devices, cuda):
+            torch.cuda.set_rng_state(s, d)
+
+    def nbytes(self) -> int:
+        cpu, cuda = self.get()
+        return int(cpu.numel()) + sum(int(s.numel()) for s in cuda)
+
+
+class TorchStore(MemoryStore):
+    """:class:`~bincheck.runtime.store.MemoryStore` for tensors, with a version guard per
+    snapshot and, with ``rng``, the RNG state kept beside each one (see the module docstring)."""
+
+    __slots__ = ("_guard", "rng")
+
+    def __init__(self, disk: Any = None, rng: Rng | None = None,
+                 size: Callable[[Any], int] = tensor_nbytes) -> None:
+        super().__init__(disk, size)
+        self._guard: dict[int, tuple] = {}
+        self.rng = rng
+
+    def put(self, index: int, state: Any, storage: str = "ram") -> None:
+        leaves = flatten(state)[0]
+        rng = None if self.rng is None else self.rng.get()
+        super().put(index, state, storage)
+        versions = None if storage == "disk" else [v._version for v in leaves]
+        self._guard[index] = (versions, rng)
+
+    def get(self, index: int) -> Any:
+        state = super().get(index)
+        versions, rng = self._guard[index]
+        if versions is not None:
+            now = [v._version for v in flatten(state)[0]]
+            if now != versions:
+                raise RuntimeError(
+                    f"checkpoint of state {index} (the state before step {index}) was modified "
+                    f"in place after it was stored: a step function, output_fn or the caller "
+                    f"wrote into a tensor that bincheck keeps by reference. Update out of place "
+                    f"(h = h + ... instead of h += ..., torch.cat instead of h[i] = ...)")
+        if rng is not None:
+            Rng.set(rng, self.rng.devices)
+        return state
+
+    def pop(self, index: int) -> Any:
+        self._guard.pop(index, None)
+        return super().pop(index)
+
+
+class TensorCodec:
+    """Tensors to and from numeric numpy arrays for :class:`~bincheck.runtime.disk.DiskStore`:
+    the raw bytes as uint8, with dtype, shape and device kept as metadata (no pickle)."""
+
+    @staticmethod
+    def encode(leaf: Any, what: str) -> tuple[np.ndarray, Any]:
+        if not isinstance(leaf, torch.Tensor):
+            raise TypeError(f"only tensors go to disk; {what} is a {type(leaf).__name__}")
+        raw = leaf.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+        return raw, (leaf.dtype, tuple(leaf.shape), leaf.device)
+
+    @staticmethod
+    def decode(array: np.ndarray, meta: Any) -> torch.Tensor:
+        dtype, shape, device = meta
+        return torch.from_numpy(array).view(dtype).reshape(shape).to(device)
+
+
+TENSORS = TensorCodec()

@@ -1,0 +1,91 @@
+"""The reverse sweep: replay the rest of the schedule, pulling the adjoint back segment by segment.
+
+:class:`Sweep` is the executor's stepper in the backward. ``Advance`` runs plain steps (the
+call's :class:`~.steps.Steps`); ``Reverse`` tapes its segment (unless the forward taped it
+already) and pulls the adjoint back through it with one ``torch.autograd.backward(...,
+inputs=...)``: the parameter aliases accumulate their gradient in place over the whole sweep (no
+per-step buffer), the detached input state receives the new adjoint, and each taped input slice
+its cotangent, written into the one buffer per wanted input leaf. Only what the caller asked for
+is allocated or accumulated.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from .boundary import differentiable
+from .steps import Segment, Steps
+
+
+class Sweep:
+    """Reverse-phase stepper for one backward of one call; see the module docstring."""
+
+    __slots__ = ("steps", "stats", "adjoint", "g_ys", "pretaped", "box0", "p_in", "x_bar",
+                 "store", "tape_bytes", "peak_held")
+
+    def __init__(self, steps: Steps, adjoint: list, g_ys: list | None, pretaped: Segment | None,
+                 box0: bool, p_in: list, store: Any, tape_bytes: int) -> None:
+        self.steps, self.stats = steps, steps.stats
+        self.adjoint, self.g_ys, self.pretaped, self.box0 = adjoint, g_ys, pretaped, box0
+        self.p_in = p_in
+        self.x_bar = {k: torch.zeros_like(steps.args.x[k]) for k in steps.x_want}
+        self.store, self.tape_bytes, self.peak_held = store, tape_bytes, 0
+
+    def advance(self, state: Any, start: int, stop: int) -> Any:
+        return self.steps.advance(state, start, stop)
+
+    def reverse(self, state: Any, start: int, stop: int) -> None:
+        seg = self.pretaped
+        if seg is not None and (seg.start, seg.stop) == (start, stop):
+            self.pretaped = None                 # the forward taped this segment already
+        else:
+            seg = self.steps.tape(state, start, stop, start > 0 or self.box0)
+        held = self.store.nbytes + (stop - start - 1) * self.tape_bytes
+        self.peak_held = max(self.peak_held, held)
+        self.pull_back(seg)
+
+    def pull_back(self, seg: Segment) -> None:
+        t0 = time.perf_counter()
+        outs, grads = [], []
+        for o, g in zip(seg.outs, self.adjoint):
+            if g is not None and o.requires_grad:
+                outs.append(o)
+                grads.append(g)
+        if self.g_ys is not None:
+            for t, leaves in zip(range(seg.start, seg.stop), self.steps.taped_outputs(seg)):
+                for y, g in zip(leaves, self.g_ys):
+                    if g is not None and y.requires_grad:
+                        outs.append(y)
+                        grads.append(g[t])
+        slices = [(t, k, v) for t, d in seg.xs.items() for k, v in d.items()]
+        ins = self.p_in + [v for v in seg.ins if v.requires_grad] + [v for _, _, v in slices]
+        t1 = time.perf_counter()
+        if outs and ins:
+            torch.autograd.backward(outs, grads, inputs=ins)
+        if seg.start > 0 or self.box0:
+            self.adjoint = [v.grad if v.requires_grad else None for v in seg.ins]
+        for t, k, v in slices:
+            if v.grad is not None:
+                self.x_bar[k][t] = v.grad
+        self.stats.tape_seconds += t1 - t0
+        self.stats.backward_seconds += time.perf_counter() - t1
+
+    def cotangents(self, steps: Steps, p_want: list[bool], s_needs: list[bool],
+                   x_needs: list[bool]) -> list:
+        """Per Function input leaf: its cotangent, or None."""
+        p = [take_grad(a) if w else None for a, w in zip(steps.aliases, p_want)]
+        s = [g if need and differentiable(v) else None
+             for g, v, need in zip(self.adjoint, steps.args.s, s_needs)]
+        x = [self.x_bar.get(k) if need else None for k, need in enumerate(x_needs)]
+        return p + s + x
+
+
+def take_grad(alias: torch.Tensor) -> torch.Tensor | None:
+    """The gradient accumulated in an alias, handed over: the alias keeps no reference, so a
+    later backward (``retain_graph=True``) starts from nothing and never writes into a gradient
+    torch already handed to the parameter."""
+    grad, alias.grad = alias.grad, None
+    return grad
