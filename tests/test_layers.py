@@ -21,9 +21,40 @@ BLOCK_AUTOGRAD = textwrap.dedent("""
 """)
 
 
-def run_blocked(code):
-    return subprocess.run([sys.executable, "-c", BLOCK_AUTOGRAD + textwrap.dedent(code)],
+def run_blocked(code, blocked="autograd"):
+    prelude = BLOCK_AUTOGRAD.replace('"autograd"', repr(blocked)).replace(
+        '"autograd."', repr(blocked + "."))
+    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_bincheck_and_its_autograd_front_end_never_import_torch():
+    out = run_blocked("""
+        import numpy, autograd.numpy as anp
+        from autograd import grad
+        import bincheck
+        loop = bincheck.binomial_checkpoint(lambda p, h, x: anp.tanh(h * p + x), 10, 3)
+        g = grad(lambda p: anp.sum(loop(p, numpy.ones(2), numpy.ones((10, 2)))))(0.5)
+        assert "torch" not in sys.modules and "jax" not in sys.modules
+        print("ok", g)
+    """, blocked="torch")
+    assert out.returncode == 0, out.stderr
+    assert "ok" in out.stdout
+
+
+def test_the_torch_front_end_needs_no_autograd():
+    pytest.importorskip("torch")
+    out = run_blocked("""
+        import torch
+        import bincheck.torch as bt
+        p = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+        loop = bt.binomial_checkpoint(lambda p, h, x: torch.tanh(h * p + x), 10, 3)
+        loop(p, torch.ones(2, dtype=torch.float64), torch.ones(10, 2, dtype=torch.float64)).sum().backward()
+        assert "autograd" not in sys.modules
+        print("ok", float(p.grad))
+    """)
+    assert out.returncode == 0, out.stderr
+    assert "ok" in out.stdout
 
 
 def test_planning_works_without_autograd():
@@ -75,6 +106,15 @@ def test_schedule_layer_is_stdlib_only(path):
     assert not {n.split(".")[0] for n in third_party} - set(sys.stdlib_module_names), third_party
 
 
+@pytest.mark.parametrize("path", modules("autograd") + modules("torch"))
+def test_each_front_end_imports_only_its_own_framework(path):
+    own = os.path.basename(os.path.dirname(path))
+    for name in imports_of(path):
+        top = name.lstrip(".").split(".")[0] if not name.startswith("..") else \
+            name[2:].split(".")[0]
+        assert top not in {"autograd", "torch", "jax"} - {own}, (path, name)
+
+
 @pytest.mark.parametrize("path", modules("runtime"))
 def test_runtime_layer_imports_no_framework(path):
     for name in imports_of(path):
@@ -83,14 +123,17 @@ def test_runtime_layer_imports_no_framework(path):
         assert not name.startswith("..autograd"), (path, name)
 
 
-def test_adapter_imports_flow_one_way():
-    """Within bincheck/autograd: no cycles, and the rules never import the front ends."""
+@pytest.mark.parametrize("package", ["autograd", "torch"])
+def test_adapter_imports_flow_one_way(package):
+    """Within each front end: no cycles, and the lower modules never import the front ends."""
     graph = {}
-    for path in modules("autograd"):
+    for path in modules(package):
         mod = os.path.basename(path)[:-3]
         graph[mod] = {n[1:] for n in imports_of(path) if n.startswith(".") and not
                       n.startswith("..")} - {""}
-    assert "loops" not in graph["tangent"] | graph["primitives"] | graph["sweep"]
+    lower = ("tangent", "primitives", "sweep") if package == "autograd" else \
+        ("function", "sweep", "steps", "store", "probe", "boundary", "context")
+    assert "loops" not in set().union(*(graph[m] for m in lower))
     state = {}
 
     def visit(m, trail):

@@ -149,8 +149,8 @@ class CheckpointedLoop(_TorchLoop):
     def schedule_for(self, call: Call) -> Any:
         if self.budget is None:
             return self.schedule
-        plan = self.budget.plan(self.seq_len, self.schedule.memory, self.budget.sizes(call),
-                                self.disk is not None)
+        plan = self.budget.plan(self.seq_len, self.schedule.memory,
+                                self.budget.sizes(call, self.disk), self.disk is not None)
         self.last_plan = plan
         return plan
 

@@ -1,0 +1,72 @@
+"""Memory of bincheck.torch under an independent meter: the profiler's allocation events (torch's
+CPU allocator is invisible to tracemalloc)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import bincheck.torch as bt  # noqa: E402
+from torch_helpers import Counter, allocation_peak, problem, requiring, tanh_cell  # noqa: E402
+
+T, B, H, I = 200, 32, 64, 16
+STATE = B * H * 4
+
+
+@pytest.fixture(scope="module")
+def rnn():
+    params, h0, xs = problem(T, B, H, I, dtype=torch.float32)
+    leaves = requiring(*params)
+
+    def gradient(loop=None):
+        def run():
+            if loop is not None:
+                out = loop(tuple(leaves), h0, xs)
+            else:
+                out = h0
+                for t in range(T):
+                    out = tanh_cell(tuple(leaves), out, xs[t])
+            return torch.autograd.grad(out.pow(2).sum(), leaves)
+        return allocation_peak(run)
+    grads, store_all = gradient()
+    return leaves, h0, xs, gradient, store_all, sum(g.numel() * 4 for g in grads)
+
+
+def test_the_meter_sees_torch_allocations():
+    _, peak = allocation_peak(lambda: [torch.ones(1 << 18) for _ in range(4)])
+    assert peak == 4 * (1 << 20)
+
+
+def test_checkpoints_save_most_of_store_alls_peak(rnn):
+    leaves, h0, xs, gradient, store_all, _ = rnn
+    assert store_all > 190 * STATE        # store-all keeps about a state per step here
+    peaks = {}
+    for s in (5, 10, 20):
+        _, peaks[s] = gradient(bt.binomial_checkpoint(tanh_cell, T, s))
+        # s stored states, each with its RNG state (5056 bytes on CPU), and a working set of a
+        # few states, one step's tape and the parameters' gradients (measured: 14.7 states)
+        assert peaks[s] <= s * (STATE + 5056) + 18 * STATE, (s, peaks[s] / STATE)
+    assert peaks[10] <= 0.2 * store_all
+    assert peaks[5] < peaks[10] < peaks[20]
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.2, 0.5])
+def test_memory_budget_holds_under_the_meter(rnn, fraction):
+    leaves, h0, xs, gradient, store_all, grad_bytes = rnn
+    memory = int(fraction * store_all)
+    loop = bt.binomial_checkpoint(tanh_cell, T, memory=memory)
+    plan = loop.preview(tuple(leaves), h0, xs)
+    _, peak = gradient(loop)
+    # the returned gradients are the caller's, not the loop's
+    assert peak - grad_bytes <= memory, (peak - grad_bytes, memory)
+    assert loop.stats.peak_bytes <= plan.peak_bytes <= memory
+    assert loop.stats.plain_steps == plan.plain_steps
+
+
+def test_budget_below_the_minimum_is_refused_before_the_forward(rnn):
+    leaves, h0, xs, *_ = rnn
+    cell = Counter(tanh_cell)
+    loop = bt.binomial_checkpoint(cell, T, memory="20kB")
+    with pytest.raises(ValueError, match=r"memory=20000 bytes is below the least this loop needs"
+                                         r".* \d+ bytes in all"):
+        loop(tuple(leaves), h0, xs)
+    # the probe measured step 0 (twice plain, twice taped); no other step ran
+    assert cell.plain <= 2 and cell.taped <= 2
