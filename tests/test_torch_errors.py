@@ -77,3 +77,8 @@ def test_loops_are_configured_once():
     loop = bt.binomial_checkpoint(tanh_cell, T, 3)
     with pytest.raises(AttributeError, match="configured once"):
         loop.fn = tanh_cell
+
+
+def test_offload_is_refused_clearly():
+    with pytest.raises(NotImplementedError, match="offload=True: a pinned host-memory tier"):
+        bt.binomial_checkpoint(tanh_cell, T, 3, offload=True)

@@ -44,7 +44,7 @@ class Args:
     """One call's arguments flattened: ``p`` (params), ``s`` (state) and ``x`` (inputs) leaves."""
 
     __slots__ = ("module", "p_names", "p_def", "s_def", "x_def", "p", "s", "x", "_apply",
-                 "seq_len")
+                 "seq_len", "_params")
 
     def __init__(self, params: Any, init_state: Any, inputs: Any, seq_len: int | None) -> None:
         if isinstance(params, nn.Module):
@@ -57,6 +57,7 @@ class Args:
         else:
             self.module, self.p_names, self._apply = None, None, None
             self.p, self.p_def = flatten(params)
+        self._params = params                 # what plain steps receive, built once
         self.s, self.s_def = flatten(init_state)
         self.x, self.x_def = flatten(inputs)
         self.seq_len = seq_len
@@ -84,7 +85,7 @@ class Args:
         """``body(params, *args)`` with the parameters replaced by ``aliases`` (None: as given).
         A module's parameters are substituted with ``torch.func.functional_call``."""
         if aliases is None:
-            return body(self.params(), *args)
+            return body(self._params, *args)
         if self.module is None:
             return body(unflatten(self.p_def, aliases), *args)
         swap = {f"m.{n}": a for n, a in zip(self.p_names, aliases)}

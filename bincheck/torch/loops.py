@@ -218,7 +218,7 @@ class SizeCache:
 def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None, *,
                         memory: int | str | None = None, output_fn: Callable | None = None,
                         verify: bool = False, disk: bool | str | None = None,
-                        preserve_rng_state: bool = True) -> CheckpointedLoop:
+                        preserve_rng_state: bool = True, offload: Any = None) -> CheckpointedLoop:
     """Wrap ``fn(params, state, x) -> new_state`` into a torch loop differentiable with optimal
     binomial checkpoints.
 
@@ -251,6 +251,9 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     recomputed state with its first evaluation and raises
     :class:`~bincheck.NondeterministicStepError` if they differ.
 
+    ``offload=`` (a pinned host-memory tier for CUDA states) is not available yet: any value but
+    None raises NotImplementedError.
+
     ``fn`` must not update its arguments in place (states are kept by reference): an in-place
     update raises a RuntimeError naming the step; the caller's ``init_state`` is never written.
     Under ``no_grad`` / ``inference_mode`` the loop just runs; under ``torch.func`` transforms and
@@ -258,6 +261,7 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     ``create_graph=True`` recomputes the loop with its whole graph (warned; exact).
     """
     check_callable("fn", fn, "fn(params, state, x) -> new_state")
+    check_offload(offload)
     exactly_one_budget(num_ckpts, memory)
     if memory is not None:
         memory = parse_bytes(memory)
@@ -267,3 +271,11 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
                                 disk)
     check_disk(disk, memory)
     return CheckpointedLoop(fn, Plan(seq_len, num_ckpts), verify, output_fn, preserve_rng_state)
+
+
+def check_offload(offload: Any) -> None:
+    if offload is not None:
+        raise NotImplementedError(
+            f"offload={offload!r}: a pinned host-memory tier for CUDA states is not available in "
+            f"this release (it needs a CUDA machine to be built and tested). Use memory=... to "
+            f"plan within the device's bytes, or disk=... for CPU tensors")
