@@ -5,8 +5,8 @@ import pytest
 torch = pytest.importorskip("torch")
 import bincheck.torch as bt  # noqa: E402
 from torch import nn  # noqa: E402
-from torch_helpers import (assert_close, plain_loop, problem, requiring,  # noqa: E402
-                           tanh_cell)
+from torch_helpers import (allocation_peak, assert_close, plain_loop, problem,  # noqa: E402
+                           requiring, tanh_cell)
 
 T = 17
 
@@ -145,12 +145,37 @@ def test_optimizer_trains_as_the_plain_loop():
     opts = [torch.optim.Adam(m.parameters(), lr=1e-2) for m in models]
     loop = bt.binomial_checkpoint(lambda c, h, x: c(x, h), T2, 4)
     step = lambda c, h, x: c(x, h)                                 # noqa: E731
-    for _ in range(200):
-        for m, opt, run in ((models[0], opts[0], lambda m: loop(m, torch.zeros(B, H), xs)),
-                            (models[1], opts[1],
-                             lambda m: plain_loop(step, m, torch.zeros(B, H), xs, T2))):
-            opt.zero_grad()
-            ((run(m) - target) ** 2).mean().backward()
-            opt.step()
+
+    def train(m, opt, run):
+        opt.zero_grad()
+        ((run(m) - target) ** 2).mean().backward()
+        opt.step()
+    ours = (models[0], opts[0], lambda m: loop(m, torch.zeros(B, H), xs))
+    peaks = {}
+    grad_bytes = sum(p.numel() * p.element_size() for p in models[0].parameters())
+    for i in range(200):
+        if i in (100, 199):     # memory is flat: the same peak, and nothing left behind but
+            # the new .grad tensors (the meter cannot see zero_grad free the old ones, which were
+            # allocated before it started)
+            _, peaks[i], left = allocation_peak(lambda: train(*ours), net=True)
+            assert left <= grad_bytes, (i, left, grad_bytes)
+        else:
+            train(*ours)
+        train(models[1], opts[1], lambda m: plain_loop(step, m, torch.zeros(B, H), xs, T2))
+    assert peaks[199] == peaks[100]
     for p, q in zip(models[0].parameters(), models[1].parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_a_call_holds_nothing_after_its_backward():
+    import gc
+    import weakref
+    params, h0, xs = problem(T)
+    leaves = requiring(*params)
+    loop = bt.binomial_checkpoint(tanh_cell, T, 3)
+    out = loop(tuple(leaves), h0, xs)
+    call = weakref.ref(out.grad_fn.call)
+    out.sum().backward()
+    del out
+    gc.collect()
+    assert call() is None

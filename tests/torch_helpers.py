@@ -83,9 +83,10 @@ class Counter:
         return self.fn(*args)
 
 
-def allocation_peak(fn):
+def allocation_peak(fn, net=False):
     """(result of fn(), peak torch-allocated CPU bytes during fn above those live at its start),
-    from the profiler's allocation events."""
+    from the profiler's allocation events; with ``net``, also the bytes still allocated at the
+    end."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         result = fn()
     events, stack = [], list(prof.profiler.kineto_results.experimental_event_tree())
@@ -98,4 +99,4 @@ def allocation_peak(fn):
     for _, size in sorted(events):
         live += size
         peak = max(peak, live)
-    return result, peak
+    return (result, peak, live) if net else (result, peak)
