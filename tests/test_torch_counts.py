@@ -108,3 +108,35 @@ def test_while_loop_matches_the_autograd_front_end(n, s):
         torch.testing.assert_close(p.grad, g_plain, rtol=1e-10, atol=1e-12)
     else:
         assert p.grad is None or not p.grad.any()
+
+
+def _decay_problem():
+    p = torch.tensor([1.0, 0.1], dtype=torch.float64, requires_grad=True)
+    body = lambda p, h: 1.1 * h * p[0] + torch.sin(h) * p[1]        # noqa: E731
+    cond = lambda p, h: bool(h.abs().sum() < 40.0)                  # noqa: E731
+    h0 = torch.linspace(0.1, 1.0, 8, dtype=torch.float64)
+    return p, body, cond, h0
+
+
+def _plain_while(p, body, cond, h0):
+    h, n = h0, 0
+    while cond(p, h):
+        h, n = body(p, h), n + 1
+    return h, n
+
+
+def test_while_loop_retain_graph_and_memory_budget():
+    p, body, cond, h0 = _decay_problem()
+    h, n = _plain_while(p, body, cond, h0)
+    want = torch.autograd.grad(h.pow(2).sum(), [p])[0]
+    run = bt.checkpointed_while_loop(cond, body, 3)
+    loss = run(p, h0).pow(2).sum()
+    loss.backward(retain_graph=True)
+    loss.backward()
+    assert run.num_steps == n > 15
+    torch.testing.assert_close(p.grad, 2 * want, rtol=1e-10, atol=1e-12)
+    p.grad = None
+    budget = bt.checkpointed_while_loop(cond, body, memory="60kB")
+    budget(p, h0).pow(2).sum().backward()
+    torch.testing.assert_close(p.grad, want, rtol=1e-10, atol=1e-12)
+    assert budget.stats.taped_steps == n

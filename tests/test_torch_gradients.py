@@ -162,7 +162,8 @@ def test_optimizer_trains_as_the_plain_loop():
         else:
             train(*ours)
         train(models[1], opts[1], lambda m: plain_loop(step, m, torch.zeros(B, H), xs, T2))
-    assert peaks[199] == peaks[100]
+    # equal up to one set of gradients (when the meter-invisible old .grad is freed varies)
+    assert abs(peaks[199] - peaks[100]) <= grad_bytes, (peaks, grad_bytes)
     for p, q in zip(models[0].parameters(), models[1].parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 

@@ -77,6 +77,9 @@ class TorchStore(MemoryStore):
 
     def __init__(self, disk: Any = None, rng: Rng | None = None,
                  size: Callable[[Any], int] = tensor_nbytes) -> None:
+        if rng is not None:                  # a snapshot holds its RNG state too
+            rng_bytes = rng.nbytes()
+            size = lambda state, size=size: size(state) + rng_bytes      # noqa: E731
         super().__init__(disk, size)
         self._guard: dict[int, tuple] = {}
         self.rng = rng
