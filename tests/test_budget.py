@@ -340,3 +340,16 @@ def test_printed_checkpoints_agree_with_the_attribute():
         assert p.checkpoints == p.slots == fit
         assert f"checkpoints       : {fit} fit" in str(p)
     assert "(every state)" in str(BudgetPlan(1000, 10**8, sizes))
+
+
+def test_preview_shows_the_step_times_the_command_line_takes():
+    """``--max-slowdown`` needs the step times, which ``print(loop.preview(...))`` did not show."""
+    params, h0, xs = rnn_problem(20)
+    loop = binomial_checkpoint(tanh_rnn, 20, memory="10MB")
+    preview = loop.preview(params, h0, xs)
+    line = [l for l in str(preview).splitlines() if "step times" in l]
+    assert len(line) == 1, str(preview)
+    for option, value in (("--step-seconds", preview.sizes.step_seconds),
+                          ("--taped-step-seconds", preview.sizes.taped_step_seconds)):
+        assert f"{option} {value:.3g}" in line[0]
+    assert "step times" not in str(plan(20, memory="1MB", state_bytes="1KB"))   # none known

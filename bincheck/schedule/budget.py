@@ -260,6 +260,14 @@ class BudgetPlan:
                  *([f"  planner memory    : {format_bytes(self.table_bytes)} (in the budget)"]
                    if self.table_bytes else []),
                  f"  peak bytes        : {format_bytes(self.peak_bytes)} (at most)"]
+        # The measured prices, as the command line takes them (--step-seconds, ...): what a
+        # preview's reader needs to replay this plan or ask for --max-slowdown.
+        times = [f"--{name.replace('_', '-')} {value:.3g}" for name, value in (
+            ("step_seconds", s.step_seconds), ("taped_step_seconds", s.taped_step_seconds),
+            ("write_seconds", s.write_seconds), ("read_seconds", s.read_seconds))
+            if value is not None]
+        if times:
+            lines.append(f"  step times        : {' '.join(times)}")
         if self.relative_time is not None:
             lines.append(f"  predicted time    : {self.relative_time:.3g}x store-all")
         return "\n".join(lines)
