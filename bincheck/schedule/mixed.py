@@ -159,7 +159,8 @@ class MixedPlan:
     """The optimal mixed schedule for ``seq_len`` steps within ``memory`` bytes of snapshots and
     kept tapes. Same interface as :class:`~bincheck.schedule.binomial.Plan`.
 
-    Planning takes O(min(slots, seq_len)) time and memory whenever :class:`ChainTable`'s closed forms cover the
+    Planning takes O(min(slots, seq_len)) time and memory whenever
+    :class:`~bincheck.schedule.mixed_chain.ChainTable`'s closed forms cover the
     problem (at 10^4 steps, budgets from about 0.75 % of ``seq_len * tape_bytes`` for a tape 2.2
     states big); below that it runs the exact DP, O(seq_len^2) per slot.
     """
