@@ -1,5 +1,6 @@
 """Command line: ``python -m bincheck plan SEQ_LEN NUM_CKPTS`` prints a plan's summary;
-``python -m bincheck plan SEQ_LEN --memory 50MB --state-bytes 256KB`` plans within bytes.
+``python -m bincheck plan SEQ_LEN --memory 50MB --state-bytes 256KB`` plans within bytes (add
+``--disk --step-seconds ... --write-seconds ... --read-seconds ...`` for a disk tier).
 ``--actions`` lists the actions, ``--draw`` draws them in the terminal (one row per action) and
 ``--plot FILE`` paints the Revolve diagram into an image with matplotlib (:func:`plot`).
 
@@ -16,7 +17,7 @@ import re
 import sys
 from collections.abc import Iterable
 
-from .schedule.budget import Sizes, format_bytes, memory_for, parse_bytes, plan
+from .schedule.budget import BudgetPlan, Sizes, format_bytes, memory_for, parse_bytes, plan
 from .schedule.actions import Action
 from .schedule.render import MAX_TEXT_STEPS, diagram, draw_text
 from .schedule.validate import short_repr
@@ -24,12 +25,20 @@ from .schedule.validate import short_repr
 _DIGITS = re.compile(r"[0-9]+")
 
 
+_MAX_DIGITS = 18       # a step count beyond 10**18 is a typo, and int() refuses 4300+ digits
+
+
 def _positive_int(text: str) -> int:
     # Plain ASCII decimal digits only: int() would also take " 12", "+12", "1_000" and other
-    # scripts' digits, none of which a user means as a step count.
-    if not _DIGITS.fullmatch(text) or int(text) < 1:
+    # scripts' digits, none of which a user means as a step count. Only ArgumentTypeError may
+    # leave: argparse would print any other error with this function's name and the whole text.
+    if not _DIGITS.fullmatch(text) or int(text[:_MAX_DIGITS + 1]) < 1:
         raise argparse.ArgumentTypeError(
             f"expected a positive integer in decimal digits, got {short_repr(text, 40)}")
+    if len(text.lstrip("0")) > _MAX_DIGITS:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer of at most {_MAX_DIGITS} digits, got "
+            f"{short_repr(text, 40)} ({len(text)} digits)")
     return int(text)
 
 
@@ -67,7 +76,8 @@ def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                    "one row per action, one column per state index (at most "
                    f"{MAX_TEXT_STEPS} steps)")
     p.add_argument("--plot", metavar="FILE", help="draw the schedule as the Revolve diagram "
-                   "(time vs state index) into FILE: .png, .svg or .pdf (needs matplotlib)")
+                   "(time vs state index) into FILE: .png, .svg or .pdf (no extension: .png; a "
+                   "directory: DIR/schedule.png; needs matplotlib)")
     g = p.add_argument_group("planning within bytes (sizes as 256KB, 1.5GiB, ...)")
     g.add_argument("--memory", type=_bytes, help="bytes for snapshots, kept tapes and the "
                    "working set (instead of NUM_CKPTS)")
@@ -81,7 +91,21 @@ def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                    "a cotangent through it")
     g.add_argument("--max-slowdown", type=_seconds, help="print the least --memory predicted "
                    "to stay within this many times store-all (needs the step times)")
+    d = p.add_argument_group("a disk tier (with --memory: states beyond RAM go to disk)")
+    d.add_argument("--disk", action="store_true", help="plan with a disk tier, as "
+                   "binomial_checkpoint(..., memory=..., disk=True); needs --step-seconds, "
+                   "--write-seconds and --read-seconds (loop.preview measures them)")
+    d.add_argument("--write-seconds", type=_seconds, help="time to write one state to disk")
+    d.add_argument("--read-seconds", type=_seconds, help="time to read one state back")
     return parser, p
+
+
+def plot_path(path: str) -> str:
+    """Where ``--plot PATH`` writes: ``PATH/schedule.png`` for a directory, ``PATH.png`` without
+    an extension (what matplotlib would write anyway), else ``PATH``."""
+    if os.path.isdir(path):
+        return os.path.join(path, "schedule.png")
+    return path if os.path.splitext(path)[1] else path + ".png"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sized = any(v is not None for v in (args.memory, args.state_bytes, args.tape_bytes,
                                         args.step_seconds, args.taped_step_seconds,
-                                        args.max_slowdown)) or args.work_bytes
+                                        args.max_slowdown, args.write_seconds,
+                                        args.read_seconds)) or args.work_bytes or args.disk
     try:
         if args.max_slowdown is not None:
             if args.state_bytes is None:
@@ -107,10 +132,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.memory is not None:
             if args.state_bytes is None:
                 sub.error("--memory needs --state-bytes (the bytes of one state)")
-            schedule = plan(args.seq_len, memory=args.memory, state_bytes=args.state_bytes,
-                            tape_bytes=args.tape_bytes, work_bytes=args.work_bytes,
-                            step_seconds=args.step_seconds,
-                            taped_step_seconds=args.taped_step_seconds)
+            if args.disk:
+                missing = [f"--{n.replace('_', '-')}" for n in ("step_seconds", "write_seconds",
+                                                                "read_seconds")
+                           if getattr(args, n) is None]
+                if missing:
+                    sub.error(f"--disk prices writes and reads against a plain step: it needs "
+                              f"{', '.join(missing)} (loop.preview measures them)")
+                schedule = BudgetPlan(args.seq_len, args.memory, Sizes(
+                    args.state_bytes, args.tape_bytes, args.work_bytes, args.step_seconds,
+                    args.taped_step_seconds, args.write_seconds, args.read_seconds), disk=True)
+            else:
+                if args.write_seconds is not None or args.read_seconds is not None:
+                    sub.error("--write-seconds and --read-seconds price the disk tier: add --disk")
+                schedule = plan(args.seq_len, memory=args.memory, state_bytes=args.state_bytes,
+                                tape_bytes=args.tape_bytes, work_bytes=args.work_bytes,
+                                step_seconds=args.step_seconds,
+                                taped_step_seconds=args.taped_step_seconds)
         else:
             schedule = plan(args.seq_len, args.num_ckpts)
         if args.draw and args.seq_len > MAX_TEXT_STEPS:
@@ -133,15 +171,16 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     if args.plot is not None:
+        target = plot_path(args.plot)
         try:
-            plot(schedule, args.plot)
+            plot(schedule, target)
         except ImportError as err:
             print(f"python -m bincheck: {err}", file=sys.stderr)
             return 1
         except (OSError, ValueError) as err:
-            print(f"python -m bincheck: cannot draw into {args.plot!r}: {err}", file=sys.stderr)
+            print(f"python -m bincheck: cannot draw into {target!r}: {err}", file=sys.stderr)
             return 1
-        print(f"wrote {args.plot}")
+        print(f"wrote {target}")
     return 0
 
 

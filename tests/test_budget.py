@@ -3,6 +3,7 @@ equal to the plan, the plan preview and its inverse, while loops, higher order."
 
 import subprocess
 import sys
+from fractions import Fraction
 
 import autograd.numpy as np
 import numpy
@@ -31,10 +32,89 @@ def test_parse_bytes(text, value):
 
 @pytest.mark.parametrize("bad,exc", [("12 XB", ValueError), ("MB", ValueError), ("-5MB", ValueError),
                                      ("0.1B", ValueError), (0, ValueError), (True, TypeError),
-                                     (1.5, TypeError), (None, TypeError), ("1e3MB", ValueError)])
+                                     (0.5, ValueError), (None, TypeError), ("1e3MB", ValueError),
+                                     (float("inf"), ValueError), (float("nan"), ValueError)])
 def test_parse_bytes_rejects(bad, exc):
     with pytest.raises(exc, match="memory"):
         parse_bytes(bad)
+
+
+@pytest.mark.parametrize("text,number,value", [
+    ("1.5", 1.5, 1), ("1.5 B", 1.5, 1), ("2048", 2048.0, 2048), ("1.1 kB", 1100, 1100),
+    ("1" + "0" * 30, 10**30, 10**30), (str(2**64), 2**64, 2**64),
+    ("1" + "0" * 400 + " B", 10**400, 10**400), ("1.5 GiB", 1.5 * 2**30, 3 * 2**29)])
+def test_sizes_parse_alike_as_strings_and_numbers(text, number, value):
+    """One rule for both: exact value, rounded down to whole bytes, no upper bound (a budget beyond
+    what the loop can use means every state fits). Before, 1e300 and 2**64 were accepted as
+    numbers but a string over 2**63 bytes was refused, and 1.5 was refused but "1.5" was 1."""
+    assert parse_bytes(text) == parse_bytes(number) == value
+    assert parse_bytes(1e300) == int(Fraction(1e300))          # a float is taken exactly
+
+
+# The issue's reproducers: each ran past 10 s with the planner's memory growing with the budget
+# (one list entry per state that fits). Run apart, so that a regression fails instead of hanging.
+REPRODUCERS = {
+    "gradient": """
+import autograd.numpy as anp, numpy as np
+from autograd import grad
+from bincheck import binomial_checkpoint
+loop = binomial_checkpoint(lambda p, h, x: anp.tanh(anp.dot(h, p)), 20, memory=10**12)
+g = grad(lambda p: anp.sum(loop(p, np.ones((2, 8)), None)))(0.1 * np.eye(8))
+assert loop.last_plan.plain_steps == 0, loop.last_plan
+print("ok")""",
+    "plan": """
+import bincheck
+p = bincheck.plan(40, memory="100GB", state_bytes="1KB", tape_bytes="3KB", work_bytes="100KB")
+assert p.plain_steps == 0 and p.checkpoints == 40 and p.peak_bytes < 10**6, p
+for memory in (10**30, 1e300, "9" * 400 + "B"):
+    p = bincheck.plan(1000, memory=memory, state_bytes="1KB", tape_bytes="3KB")
+    assert p.plain_steps == 0 and sum(1 for _ in p) == 1, p
+    assert bincheck.plan(1000, memory=memory, state_bytes="1KB").plain_steps == 999
+assert bincheck.plan(1000, 10**30).plain_steps == 999
+print("ok")""",
+}
+
+
+@pytest.mark.parametrize("name", ["gradient", "plan", "cli"])
+def test_huge_budgets_plan_in_milliseconds(name):
+    if name == "cli":
+        args = ["-m", "bincheck", "plan", "1000", "--memory", "1TB", "--state-bytes", "1KB",
+                "--tape-bytes", "3KB"]
+    else:
+        args = ["-c", REPRODUCERS[name]]
+    def limit_memory():         # a regression should fail with a MemoryError, not swap the host
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (4 * 2**30, 4 * 2**30))
+    try:
+        out = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60,
+                             preexec_fn=limit_memory if sys.platform == "linux" else None)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the {name} reproducer did not finish in 60 s")
+    assert out.returncode == 0, out.stderr
+    assert "ok" in out.stdout if name != "cli" else "plain evaluations : 0 " in out.stdout
+
+
+@pytest.mark.parametrize("memory", [10**8, 10**9])
+def test_planning_time_and_memory_do_not_grow_with_the_budget(memory):
+    """Budgets small enough that the old planner failed here rather than hung (10^5 and 10^6
+    list entries); the huge ones run in a subprocess above."""
+    import time
+    import tracemalloc
+    sizes = Sizes(state_bytes=1000, tape_bytes=3000, work_bytes=10**5)
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        p = BudgetPlan(1000, memory, sizes)
+        actions = sum(1 for _ in p)
+        elapsed = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert p.plain_steps == 0 and actions == 1 and p.checkpoints == 1000
+    assert len(p.schedule.table.leaves) <= 1000
+    assert peak < 200_000, peak                 # was one list entry per state that fits
+    assert elapsed < 2.0, elapsed               # milliseconds on a quiet machine
+    assert BudgetPlan(1000, memory, Sizes(1000)).plain_steps == 999     # states only
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"num_ckpts": 3, "memory": "1MB"}])
@@ -249,3 +329,27 @@ def test_tiny_budgets_plan_fast_with_a_warning():
         p = plan(10_000, memory=int(0.006 * 10_000 * 140 * 1024), state_bytes="64KiB",
                  tape_bytes="140KiB")
     assert isinstance(p.schedule, Plan) and time.perf_counter() - t0 < 5
+
+
+def test_printed_checkpoints_agree_with_the_attribute():
+    """The issue's case printed "checkpoints : 1000 fit" while ``.checkpoints`` was 86422: both
+    now count the states that fit, at most ``seq_len`` (the loop has no more to store)."""
+    sizes = Sizes(state_bytes=1152, tape_bytes=29776, work_bytes=440880)
+    for memory, fit in ((10**8, 1000), (600_000, (600_000 - 440880) // 1152)):
+        p = BudgetPlan(1000, memory, sizes)
+        assert p.checkpoints == p.slots == fit
+        assert f"checkpoints       : {fit} fit" in str(p)
+    assert "(every state)" in str(BudgetPlan(1000, 10**8, sizes))
+
+
+def test_preview_shows_the_step_times_the_command_line_takes():
+    """``--max-slowdown`` needs the step times, which ``print(loop.preview(...))`` did not show."""
+    params, h0, xs = rnn_problem(20)
+    loop = binomial_checkpoint(tanh_rnn, 20, memory="10MB")
+    preview = loop.preview(params, h0, xs)
+    line = [l for l in str(preview).splitlines() if "step times" in l]
+    assert len(line) == 1, str(preview)
+    for option, value in (("--step-seconds", preview.sizes.step_seconds),
+                          ("--taped-step-seconds", preview.sizes.taped_step_seconds)):
+        assert f"{option} {value:.3g}" in line[0]
+    assert "step times" not in str(plan(20, memory="1MB", state_bytes="1KB"))   # none known

@@ -1,3 +1,4 @@
+import re
 import subprocess
 import sys
 
@@ -82,3 +83,38 @@ def test_plot_writes_an_image(tmp_path):
     assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 5000
     bad = run("plan", "20", "4", "--plot", str(tmp_path / "missing" / "x.png"))
     assert bad.returncode == 1 and "cannot draw into" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_plot_names_the_file_it_writes(tmp_path, capsys, monkeypatch):
+    """``--plot schedule`` printed "wrote schedule" but wrote schedule.png; ``--plot DIR`` wrote
+    DIR.png beside the directory."""
+    pytest.importorskip("matplotlib")
+    from bincheck.__main__ import main
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    for arg, written in (("schedule", "schedule.png"),
+                         ("adir", str(tmp_path / "adir" / "schedule.png"))):
+        assert main(["plan", "20", "4", "--plot", arg if arg == "schedule" else str(tmp_path / arg)]) == 0
+        assert capsys.readouterr().out.rstrip().endswith(f"wrote {written}")
+        assert (tmp_path / written).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "schedule.png"]
+
+
+def test_huge_step_count_is_cut_and_names_no_internal_function():
+    out = run("plan", "9" * 5000, "3")
+    assert out.returncode == 2 and len(out.stderr) < 1000, out.stderr[:300]
+    assert "_positive_int" not in out.stderr and "at most 18 digits" in out.stderr
+
+
+def test_disk_option_plans_with_a_disk_tier():
+    args = ("plan", "1000", "--memory", "100KB", "--state-bytes", "10KB", "--disk",
+            "--step-seconds", "1e-3", "--write-seconds", "1e-5", "--read-seconds", "1e-5")
+    out = run(*args)
+    assert out.returncode == 0, out.stderr
+    assert "disk (states in RAM and on disk) plan" in out.stdout
+    writes = re.search(r"disk +: (\d+) writes, (\d+) reads", out.stdout)
+    assert writes and int(writes.group(1)) > 0, out.stdout      # disk pays at these prices
+    out = run(*args[:7])
+    assert out.returncode == 2 and "--disk" in out.stderr and "--write-seconds" in out.stderr
+    out = run(*args[:6], "--write-seconds", "1e-5")
+    assert out.returncode == 2 and "add --disk" in out.stderr

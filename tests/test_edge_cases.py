@@ -118,3 +118,30 @@ def test_inputs_error_names_the_leaf():
     loop = binomial_checkpoint(lambda p, h, x: tanh_rnn(p, h, x[0]), 5, 2)
     with pytest.raises(ValueError, match=r"leading length 4 \(leaf 1 of 2\)"):
         loop(params, h0, (xs, xs[:4]))
+
+
+def test_integer_state_leaf_gets_integer_zeros_as_in_plain_autograd():
+    """Plain autograd gives a carried integer array leaf of the state integer zeros of its shape
+    and dtype; the loop gave None."""
+    step = lambda p, s, x: (s[0] + 1, s[1] * p)
+    init = (numpy.arange(2), numpy.ones(2))
+    f = lambda run: lambda p, s: np.sum(run(p, s, None)[1])
+    ref = lambda p, s, x: plain_loop(step, p, s, x, 5)
+    for argnums in (1, (0, 1)):
+        got = grad(f(binomial_checkpoint(step, 5, 2)), argnums)(1.5, init)
+        want = grad(f(ref), argnums)(1.5, init)
+        ds, ds0 = (got[1], want[1]) if argnums != 1 else (got, want)
+        assert ds[0] is not None and ds[0].dtype == ds0[0].dtype and ds0[0].dtype.kind == "i"
+        numpy.testing.assert_array_equal(ds[0], ds0[0])
+        numpy.testing.assert_allclose(ds[1], ds0[1], rtol=1e-12)
+
+
+def test_integer_state_leaf_the_steps_turn_into_floats_is_refused():
+    """Its real gradient is not zero (plain autograd differentiates through it): refuse rather
+    than answer zeros."""
+    loop = binomial_checkpoint(lambda p, h, x: h * p, 5, 2)
+    with pytest.raises(TypeError, match="integer leaf of init_state .*int.*float64.*astype"):
+        grad(lambda p, h: np.sum(loop(p, h, None)), 1)(1.5, numpy.arange(3))
+    # differentiating params only is fine: the integer initial state is a constant
+    assert grad(lambda p: np.sum(loop(p, numpy.arange(3), None)))(1.5) == pytest.approx(
+        grad(lambda p: np.sum(plain_loop(lambda p, h, x: h * p, p, numpy.arange(3), None, 5)))(1.5))

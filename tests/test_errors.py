@@ -152,10 +152,26 @@ def test_planner_factory_must_return_a_planner():
 
 
 def test_budget_arguments_are_checked_up_front(tmp_path):
-    with pytest.raises(ValueError, match="memory is too large"):
-        binomial_checkpoint(tanh_rnn, 5, memory="9" * 400 + " B")
+    # a budget larger than any machine means "every state fits": accepted, as the number is
+    assert binomial_checkpoint(tanh_rnn, 5, memory="9" * 400 + " B").schedule.memory == 10**400 - 1
     with pytest.raises(FileNotFoundError, match="no-such-dir.*no such directory"):
         binomial_checkpoint(tanh_rnn, 5, memory="1MB", disk=str(tmp_path / "no-such-dir"))
     with pytest.raises(TypeError, match="max_relative_time must be a number"):
         from bincheck import Sizes, memory_for
         memory_for(10, "a", Sizes(8, None, 0, 1e-3, 1e-3))
+
+
+@pytest.mark.parametrize("budget", [{"num_ckpts": 2}, {"memory": "1MB"}])
+def test_forgotten_inputs_are_named_in_the_error(budget):
+    """Forgetting inputs gave "unsupported operand type(s) for *: 'NoneType' and 'float'" with no
+    hint that x was None."""
+    params, h0, xs = rnn_problem(5)
+    loop = binomial_checkpoint(tanh_rnn, 5, **budget)
+    for call in (lambda: loop(params, h0), lambda: grad(lambda p: np.sum(loop(p, h0)))(params)):
+        with pytest.raises(TypeError, match=r"NoneType.*x was None.*inputs=None.*pass inputs"):
+            call()
+    # a None error that is not about x (a while loop's body gets no x) is left alone
+    run = checkpointed_while_loop(lambda p, s: s < 3, lambda p, s: None * s, num_ckpts=2)
+    with pytest.raises(TypeError) as info:
+        run(1.0, 0.0)
+    assert "inputs" not in str(info.value)

@@ -331,8 +331,9 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     ``t(seq_len, num_ckpts)`` times on plain arrays (see :func:`bincheck.plan`), in a single
     reverse sweep whatever is differentiated. Outside any autograd trace it simply runs the loop.
 
-    ``memory="200MB"`` (instead of ``num_ckpts``; an int is bytes; units B, kB, MB, GB and KiB,
-    MiB, GiB) bounds everything the loop holds during a gradient — snapshots, kept tapes, the
+    ``memory="200MB"`` (instead of ``num_ckpts``; a number is bytes; units B, kB, MB, GB and KiB,
+    MiB, GiB; see :func:`bincheck.parse_bytes`: a budget above what the loop can use means that
+    every state fits) bounds everything the loop holds during a gradient — snapshots, kept tapes, the
     tape being differentiated and its buffers, not the arguments, outputs or returned cotangents.
     The first gradient measures one step (four extra evaluations of ``fn``; ``loop.preview(...)``
     does it up front and returns the plan with its predictions) and plans the optimal mix of

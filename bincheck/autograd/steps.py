@@ -64,13 +64,22 @@ def _read_only_error(err: BaseException) -> bool:
 
 
 def call_fn(fn: Callable, args: tuple, t: int, label: str = "fn") -> Any:
-    """``fn(*args)``; an in-place write into an argument becomes a ValueError saying which."""
+    """``fn(*args)``; an in-place write into an argument becomes a ValueError saying which, and a
+    TypeError about None while ``x`` is None says that ``inputs`` was None."""
     try:
         return fn(*args)
     except ValueError as err:
         if not _read_only_error(err):
             raise
         raise ValueError(_in_place_message(fn, args, t, label, err)) from err
+    except TypeError as err:
+        # Forgetting inputs gives "unsupported operand type(s) for *: 'NoneType' and 'float'"
+        # from deep inside fn: say where the None came from. (A while loop's body gets no x.)
+        if args[2] is not None or label not in ("fn", "output_fn") or "NoneType" not in str(err):
+            raise
+        raise TypeError(f"{err} (in {label} at step {t}, whose x was None: the loop was called "
+                        f"with inputs=None; if {label} uses x, pass inputs, an array or tree of "
+                        f"arrays with a leading axis of length seq_len)") from err
 
 
 def _in_place_message(fn: Callable, args: tuple, t: int, label: str, err: ValueError) -> str:

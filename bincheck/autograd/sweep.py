@@ -12,10 +12,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 from autograd.core import vspace
 
 from ..tree import flatten
-from .boundary import Call, InternalError, Pending, zeros
+from .boundary import Call, InternalError, Pending, differentiable, zeros
 from .tape import accumulate, backward, tape_segment
 from .verify import Verifier
 
@@ -101,7 +102,7 @@ class Sweep:
             if buf is not None:
                 buf[t] = cot
 
-    def cotangents(self, call: Call, argnums: tuple) -> tuple:
+    def cotangents(self, call: Call, argnums: tuple, state_args: tuple) -> tuple:
         groups = call.groups
         n_p, n_s = groups[0].n_args, groups[1].n_args
         p_wanted = self.p_wanted
@@ -113,10 +114,30 @@ class Sweep:
             if a < n_p:
                 out.append(groups[0].gather(a, p_cots))
             elif a < n_p + n_s:
-                out.append(groups[1].gather(a - n_p, self.adjoint))
+                lo, hi, _ = groups[1].spans[a - n_p]
+                leaves = flatten(state_args[a - n_p])[0]
+                adjoint = self.adjoint[:lo] + [
+                    integer_zeros(v, call.out_leaves[i]) if c is None else c
+                    for i, c, v in zip(range(lo, hi), self.adjoint[lo:hi], leaves)]
+                out.append(groups[1].gather(a - n_p, adjoint))
             else:
                 out.append(groups[2].gather(a - n_p - n_s, x_cots))
         return tuple(out)
+
+
+def integer_zeros(value: Any, final: Any) -> Any:
+    """The cotangent plain autograd gives an integer (or bool) array leaf of ``init_state`` that
+    the loop carries: zeros of its shape and dtype. None for a Python or numpy integer scalar,
+    which autograd cannot differentiate with respect to at all. A leaf the steps turn into floats
+    (``final``, its value after the loop) has a real gradient that integer leaves do not get here:
+    refused rather than answered with zeros."""
+    if differentiable(final):
+        raise TypeError(
+            f"an integer leaf of init_state (dtype {getattr(value, 'dtype', type(value).__name__)}"
+            f") comes out of the loop as {getattr(final, 'dtype', type(final).__name__)}: integer "
+            f"leaves are carried, not differentiated, so its gradient would be lost; pass it as "
+            f"floats (e.g. init_state.astype(float)) to differentiate through it")
+    return vspace(value).zeros() if isinstance(value, np.ndarray) else None
 
 
 def reverse_sweep(call: Call, argnums: tuple, args: tuple, g: tuple) -> tuple:
@@ -141,7 +162,7 @@ def reverse_sweep(call: Call, argnums: tuple, args: tuple, g: tuple) -> tuple:
     sizes = getattr(call.schedule, "sizes", None)
     stats.peak_bytes = max(executor.store.peak_nbytes, sweep.peak_held) + \
         (sizes.work_bytes if sizes is not None else 0)
-    result = sweep.cotangents(call, argnums)
+    result = sweep.cotangents(call, argnums, call.split(args)[1])
     pending.stats.library_seconds += time.perf_counter() - t0
     call.loop.publish(call, pending.stats)   # one whole call's results, at once
     return result

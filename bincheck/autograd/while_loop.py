@@ -193,7 +193,7 @@ def checkpointed_while_loop(cond_fn: Callable, body_fn: Callable, num_ckpts: int
     after ``max_steps`` steps raises RuntimeError. ``run.num_steps`` is the last call's length.
     ``memory=...`` instead of ``num_ckpts`` holds as many states as fit the bytes (states only:
     tapes of a loop of unknown length are not kept); ``disk=...`` adds periodic disk checkpoints
-    (:class:`bincheck.schedule.online.DiskOnlinePlanner`). ``verify=True``, in-place updates,
+    (``DiskOnlinePlanner``, :mod:`bincheck.schedule.online`). ``verify=True``, in-place updates,
     ``memory`` and ``disk``: as for :func:`binomial_checkpoint`.
     """
     return WhileLoop(cond_fn, body_fn, num_ckpts, max_steps, verify=verify, memory=memory,

@@ -15,7 +15,7 @@ right part with one checkpoint fewer, then reverse the left part with all of the
 
 Because ``t(n+1, s) - t(n, s) = r(n+1, s)`` (the repetition number), the objective's increments in
 ``m`` are ``1 - r(l-m, s-1) + r(m+1, s)``: non-decreasing, so the smallest ``m`` where that is
-``>= 0`` is optimal. :func:`split` finds it in O(log r) binomial coefficients, which keeps planning
+``>= 0`` is optimal. :func:`~bincheck.schedule.split` finds it in O(log r) binomial coefficients, which keeps planning
 cheap enough to stream plans for millions of steps.
 """
 

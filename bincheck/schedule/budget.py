@@ -17,18 +17,22 @@ an estimate that leaves out memory effects (store-all's large tapes often run sl
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 import sys
 import warnings
 from array import array
+from decimal import Decimal
+from fractions import Fraction
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .actions import Action
 from .binomial import Plan
 from .disk import DiskPlan, DiskTable
-from .mixed import MixedPlan, leaf_lengths
-from .validate import check_int, check_positive_int, exactly_one_budget, short_repr
+from .mixed import MixedPlan
+from .validate import _is_bool, check_positive_int, exactly_one_budget, short_repr
 
 _UNITS = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
@@ -38,9 +42,14 @@ _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
 
 
 def parse_bytes(value: object, name: str = "memory") -> int:
-    """Bytes from an int or a string with a unit: ``"200MB"``, ``"1.5 GiB"``, ``"64 kB"``.
+    """Bytes from a number or a string with a unit: ``"200MB"``, ``"1.5 GiB"``, ``"64 kB"``.
 
     Units: B, kB (= KB), MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers of 1024).
+    Strings and numbers follow the same rules: the size is taken exactly (no float rounding),
+    rounded down to whole bytes and must come to at least 1 byte; ``"1.5 B"`` and ``1.5`` are 1
+    byte. There is no upper bound: a budget larger than the loop can use simply means that every
+    state fits (planning is bounded by the number of steps, not the budget); ``inf`` and
+    ``nan`` are not sizes and are refused.
     """
     if isinstance(value, str):
         match = _SIZE.fullmatch(value)
@@ -49,15 +58,20 @@ def parse_bytes(value: object, name: str = "memory") -> int:
             raise ValueError(
                 f"{name} must be a number of bytes or a size such as '200MB' or '1.5 GiB' "
                 f"(units: {', '.join(_UNITS)}); got {short_repr(value)}")
-        number = float(match.group(1)) * _UNITS[unit or "B"]
-        if not number < 2**63:
-            raise ValueError(f"{name} is too large: {short_repr(value)}")
-        if number < 1:
-            raise ValueError(f"{name} must be at least 1 byte; got {short_repr(value)}")
-        return int(number)
-    if isinstance(value, float) and value.is_integer() and value >= 1:
-        return int(value)
-    return check_int(name, value, 1, " number of bytes, or a string such as '200MB'")
+        number = Fraction(match.group(1)) * _UNITS[unit or "B"]
+    elif _is_bool(value) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number of bytes or a string such as '200MB'; got "
+                        f"{short_repr(value)} of type {type(value).__name__}")
+    elif isinstance(value, numbers.Integral):
+        number = Fraction(int(value))
+    else:
+        value = float(value)
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number of bytes; got {short_repr(value)}")
+        number = Fraction(value)
+    if number < 1:
+        raise ValueError(f"{name} must be at least 1 byte; got {short_repr(value)}")
+    return math.floor(number)
 
 
 @dataclass(frozen=True)
@@ -112,8 +126,7 @@ class BudgetPlan:
                 f"({sizes.state_bytes} bytes) and the working set of one taped step and its "
                 f"backward ({sizes.work_bytes} bytes), {sizes.minimum_memory} bytes in all")
         store = memory - sizes.work_bytes
-        slots = store // sizes.state_bytes
-        self.checkpoints = slots            # how many states fit the budget
+        slots = self._slots = store // sizes.state_bytes
         self.table_bytes = 0                # the planner's own tables, inside the budget
         if disk:
             # States only: RAM slots and unlimited disk, priced by measured write/read times.
@@ -122,7 +135,7 @@ class BudgetPlan:
                 raise ValueError("planning with disk needs step_seconds, write_seconds and "
                                  "read_seconds (loop.preview measures them)")
             self.table_bytes = DiskTable.bytes_for(seq_len)
-            slots = self.checkpoints = (store - self.table_bytes) // sizes.state_bytes
+            slots = self._slots = (store - self.table_bytes) // sizes.state_bytes
             if slots < 1:
                 raise ValueError(
                     f"memory={memory} bytes is below the least this loop needs with disk: one "
@@ -135,8 +148,9 @@ class BudgetPlan:
             return
         self.schedule: Plan | MixedPlan = Plan(seq_len, slots)     # states only: Revolve
         self.schedule_bytes = min(slots, seq_len) * sizes.state_bytes
-        if sizes.tape_bytes is not None and any(leaf > 1 for leaf in leaf_lengths(
-                store, sizes.state_bytes, sizes.tape_bytes)):
+        # Kept tapes can help only if one fits beside the working set (the longest leaf, with
+        # every slot's bytes freed, is ``1 + store // tape_bytes``).
+        if sizes.tape_bytes is not None and store >= sizes.tape_bytes:
             mixed = self._mixed(store)
             # The planner's own bytes can cost the mixed plan more than kept tapes save: keep
             # the better of the two.
@@ -157,7 +171,7 @@ class BudgetPlan:
         seq_len, sizes, budget = self.seq_len, self.sizes, store
         for _ in range(4):
             mixed = MixedPlan(seq_len, budget, sizes.state_bytes, sizes.tape_bytes)
-            work = mixed.table.dp_work(seq_len, mixed.checkpoints)
+            work = mixed.table.dp_work(seq_len, mixed.top)
             if work > DP_WORK_LIMIT:
                 # No closed form here and the exact DP would take long: plan states only
                 # (Revolve, closed form) and say what that may cost.
@@ -166,12 +180,12 @@ class BudgetPlan:
                     f"needs the exact dynamic program (about {work / 2e7:.0f} s); storing states "
                     f"only instead: {Plan(seq_len, self.checkpoints).plain_steps} plain steps, "
                     f"where the optimum is at least "
-                    f"{mixed.table.lower_bound(seq_len, mixed.checkpoints)}",
+                    f"{mixed.table.lower_bound(seq_len, mixed.top)}",
                     RuntimeWarning, stacklevel=3)
                 return None
             # The rows and the walk being recorded exist together: refuse before building them.
             walk = sys.getsizeof(array("i")) + 8 * (seq_len + 1)
-            if mixed.table.row_bytes_needed(seq_len, mixed.checkpoints) + walk > store:
+            if mixed.table.row_bytes_needed(seq_len, mixed.top) + walk > store:
                 return None
             mixed.compact()
             if mixed.dp_row_bytes + mixed.nbytes > store:                # pragma: no cover
@@ -185,6 +199,12 @@ class BudgetPlan:
 
     def __iter__(self) -> Iterator[Action]:
         return iter(self.schedule)
+
+    @property
+    def checkpoints(self) -> int:
+        """How many states fit the budget (in RAM), at most ``seq_len``: the loop has no more
+        states to store. A mixed plan may hold fewer and keep taped segments instead."""
+        return min(self._slots, self.seq_len)
 
     @property
     def slots(self) -> int:                 # the name before 0.2
@@ -230,7 +250,8 @@ class BudgetPlan:
                  f"  state {format_bytes(s.state_bytes)}, step tape "
                  f"{format_bytes(s.tape_bytes) if s.tape_bytes else 'not kept'}, working set "
                  f"{format_bytes(s.work_bytes)}",
-                 f"  checkpoints       : {min(self.checkpoints, l)} fit",
+                 f"  checkpoints       : {self.checkpoints} fit"
+                 f"{' (every state)' if self.checkpoints == l else ''}",
                  f"  plain evaluations : {self.plain_steps} ({self.plain_steps / l:.3g} per step)",
                  f"  taped evaluations : {l}",
                  *([f"  disk              : {self.schedule.disk_writes} writes, "
@@ -239,6 +260,14 @@ class BudgetPlan:
                  *([f"  planner memory    : {format_bytes(self.table_bytes)} (in the budget)"]
                    if self.table_bytes else []),
                  f"  peak bytes        : {format_bytes(self.peak_bytes)} (at most)"]
+        # The measured prices, as the command line takes them (--step-seconds, ...): what a
+        # preview's reader needs to replay this plan or ask for --max-slowdown.
+        times = [f"--{name.replace('_', '-')} {value:.3g}" for name, value in (
+            ("step_seconds", s.step_seconds), ("taped_step_seconds", s.taped_step_seconds),
+            ("write_seconds", s.write_seconds), ("read_seconds", s.read_seconds))
+            if value is not None]
+        if times:
+            lines.append(f"  step times        : {' '.join(times)}")
         if self.relative_time is not None:
             lines.append(f"  predicted time    : {self.relative_time:.3g}x store-all")
         return "\n".join(lines)
@@ -249,7 +278,8 @@ def format_bytes(n: int | None) -> str:
         return "-"
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
-            return f"{n / size:.3g} {unit}"
+            # Decimal: a budget may exceed what a float holds (parse_bytes has no upper bound)
+            return f"{Decimal(n) / size:.3g} {unit}" if n > 2**1000 else f"{n / size:.3g} {unit}"
     return f"{n} B"
 
 

@@ -44,11 +44,21 @@ from .mixed_chain import INF, ChainTable
 from .validate import check_positive_int
 
 
-def leaf_lengths(memory: int, state_bytes: int, tape_bytes: int) -> list[int]:
+def leaf_lengths(memory: int, state_bytes: int, tape_bytes: int,
+                 seq_len: int | None = None) -> list[int]:
     """``L[s]`` for ``s = 0 .. memory // state_bytes``: the longest segment reversible by taping it
-    whole when ``s`` slots' bytes (and the remainder below one slot) are free."""
+    whole when ``s`` slots' bytes (and the remainder below one slot) are free.
+
+    With ``seq_len``, only the top ``min(slots + 1, seq_len)`` rows: the only ones a schedule of
+    ``seq_len`` steps reaches from the top row. Why: every level down the recursion takes one
+    slot and at least one step (``R(n, s)`` reads row ``s - 1`` only for ``n - j <= n - 1``
+    steps), so row ``top - d`` sees at most ``seq_len - d`` steps, and row ``top - seq_len + 1``
+    only single steps, which are leaves whatever the budget. Indices then start at the lowest
+    row kept; the rows cut off never mattered, so planning costs O(seq_len) whatever the budget.
+    """
     slots, rem = divmod(memory, state_bytes)
-    return [1 + (s * state_bytes + rem) // tape_bytes for s in range(slots + 1)]
+    base = 0 if seq_len is None else max(0, slots - (seq_len - 1))
+    return [1 + (s * state_bytes + rem) // tape_bytes for s in range(base, slots + 1)]
 
 
 class ReferenceTable:
@@ -149,21 +159,26 @@ class MixedPlan:
     """The optimal mixed schedule for ``seq_len`` steps within ``memory`` bytes of snapshots and
     kept tapes. Same interface as :class:`~bincheck.schedule.binomial.Plan`.
 
-    Planning takes O(slots) time and memory whenever :class:`ChainTable`'s closed forms cover the
+    Planning takes O(min(slots, seq_len)) time and memory whenever
+    :class:`~bincheck.schedule.mixed_chain.ChainTable`'s closed forms cover the
     problem (at 10^4 steps, budgets from about 0.75 % of ``seq_len * tape_bytes`` for a tape 2.2
     states big); below that it runs the exact DP, O(seq_len^2) per slot.
     """
 
     def __init__(self, seq_len: int, memory: int, state_bytes: int, tape_bytes: int) -> None:
         self.seq_len = check_positive_int("seq_len", seq_len)
-        self.memory = memory
         self.state_bytes = check_positive_int("state_bytes", state_bytes)
         self.tape_bytes = check_positive_int("tape_bytes", tape_bytes)
         if memory < state_bytes:
             raise ValueError(f"memory for snapshots must hold at least one state "
                              f"({state_bytes} bytes); got {memory}")
-        leaves = leaf_lengths(memory, state_bytes, tape_bytes)
-        self.checkpoints = len(leaves) - 1      # how many states fit the memory
+        # How many states fit, never more than there are states to store.
+        self.checkpoints = min(memory // state_bytes, seq_len)
+        # Taping every step at once (``Reverse(0, seq_len)``) holds ``(seq_len - 1) * tape_bytes``
+        # and recomputes nothing: a budget above that buys nothing, so the plan uses no more.
+        self.memory = min(memory, (seq_len - 1) * tape_bytes)
+        leaves = leaf_lengths(self.memory, state_bytes, tape_bytes, seq_len)
+        self.top = len(leaves) - 1              # the table's row for the whole loop
         self.table = ChainTable(seq_len, leaves)
         self._splits: array | None = None       # after compact(): the walk's splits, in order
         self.dp_rows_built = self.dp_row_bytes = 0
@@ -174,9 +189,9 @@ class MixedPlan:
         during its gradients. The rows are built (and freed) here, when the plan is made."""
         if self._splits is not None:
             return
-        self._plain = int(self.table.cost(self.seq_len, self.checkpoints))
+        self._plain = int(self.table.cost(self.seq_len, self.top))
         recorder = _Recorder(self.table)
-        for _ in mixed_actions(self.seq_len, self.checkpoints, recorder):
+        for _ in mixed_actions(self.seq_len, self.top, recorder):
             pass
         self.dp_rows_built, self.dp_row_bytes = self.table.dp_rows, self.table.nbytes
         if self.dp_rows_built:              # else closed forms answered everything: keep nothing
@@ -193,13 +208,13 @@ class MixedPlan:
         return self.table if self._splits is None else _Replay(self._splits)
 
     def __iter__(self) -> Iterator[Action]:
-        return mixed_actions(self.seq_len, self.checkpoints, self._walker())
+        return mixed_actions(self.seq_len, self.top, self._walker())
 
     @property
     def plain_steps(self) -> int:
         if self._splits is not None:
             return self._plain
-        return int(self.table.cost(self.seq_len, self.checkpoints))
+        return int(self.table.cost(self.seq_len, self.top))
 
     @property
     def taped_steps(self) -> int:
@@ -208,7 +223,7 @@ class MixedPlan:
     @property
     def first_reverse_start(self) -> int:
         """Where the first sweep stops: the start of the last segment (taped whole)."""
-        lo, s, walker = 0, self.checkpoints, self._walker()
+        lo, s, walker = 0, self.top, self._walker()
         while True:             # the walk visits this spine first, so a replay serves it too
             j = walker.split(self.seq_len - lo, s)
             if j == 0:
