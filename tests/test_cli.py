@@ -118,3 +118,9 @@ def test_disk_option_plans_with_a_disk_tier():
     assert out.returncode == 2 and "--disk" in out.stderr and "--write-seconds" in out.stderr
     out = run(*args[:6], "--write-seconds", "1e-5")
     assert out.returncode == 2 and "add --disk" in out.stderr
+
+
+def test_loop_stats_repr_uses_todays_name():
+    from bincheck import LoopStats
+    text = repr(LoopStats(peak_snapshots=5))
+    assert "peak_checkpoints=5" in text and "peak_snapshots" not in text

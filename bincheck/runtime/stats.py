@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
-@dataclass
+@dataclass(repr=False)
 class LoopStats:
     """Counts and times of one call of a loop: its forward and its reverse sweep.
 
@@ -43,6 +43,12 @@ class LoopStats:
     disk_bytes_written: int = 0
     disk_bytes_read: int = 0
     num_steps: int | None = None
+
+    def __repr__(self) -> str:
+        # The field keeps its pre-0.2 name (keyword, asdict); its repr uses today's.
+        parts = [f"{'peak_checkpoints' if f.name == 'peak_snapshots' else f.name}="
+                 f"{getattr(self, f.name)!r}" for f in fields(self)]
+        return f"LoopStats({', '.join(parts)})"
 
     @property
     def peak_checkpoints(self) -> int:
