@@ -30,7 +30,7 @@ class MemoryStore:
     """Snapshots kept in RAM by reference (counting the array bytes they hold), and on disk in a
     :class:`~bincheck.runtime.disk.DiskStore` when the schedule says ``storage="disk"``.
 
-    ``size`` measures a state in bytes: :func:`state_nbytes` for numpy states; a front end for
+    ``size`` measures a state in bytes: ``state_nbytes`` for numpy states; a front end for
     another framework passes its own (the only framework-specific part of this store)."""
 
     __slots__ = ("_states", "nbytes", "peak_nbytes", "disk", "size")
