@@ -9,13 +9,13 @@ plans within the budget (:class:`~bincheck.schedule.budget.BudgetPlan`).
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
 
 from ..runtime.stats import LoopStats
-from ..schedule.budget import BudgetPlan, Sizes
+from ..runtime.front import SizeCache as BaseCache
+from ..schedule.budget import Sizes
 from ..tree import flatten
 from .probe import probe
 from .outputs import Outputs
@@ -29,33 +29,16 @@ def signature(stepper: PlainStepper, state: Any, p_box: list, x_box: list) -> tu
             shapes([v[0] for v in stepper.x_leaves]), tuple(p_box), tuple(x_box))
 
 
-class SizeCache:
+class SizeCache(BaseCache):
     """Measured :class:`Sizes` and the plans made from them, per argument signature."""
-
-    def __init__(self) -> None:
-        self._sizes: dict = {}
-        self._plans: dict = {}
-        self._lock = threading.Lock()
 
     def sizes(self, loop: Any, stepper: PlainStepper, state: Any, p_box: list,
               x_box: list, disk: Any = None) -> Sizes:
-        key = signature(stepper, state, p_box, x_box) + (disk is not None,)
-        sizes = self._sizes.get(key)
-        if sizes is None:
+        def measure() -> Sizes:
             probe_stepper = PlainStepper(loop.fn, loop.with_outputs, stepper.params, state,
                                          stepper.x_leaves, stepper.x_def, LoopStats(),
                                          Outputs(1) if loop.has_outputs else None,
                                          stepper.label, loop.output_fn)
-            sizes = probe(probe_stepper, state, p_box, x_box, disk)
-            with self._lock:
-                sizes = self._sizes.setdefault(key, sizes)
-        return sizes
-
-    def plan(self, seq_len: int, memory: int, sizes: Sizes, disk: bool = False) -> BudgetPlan:
-        key = (seq_len, memory, sizes, disk)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = BudgetPlan(seq_len, memory, sizes, disk)
-            with self._lock:
-                plan = self._plans.setdefault(key, plan)
-        return plan
+            return probe(probe_stepper, state, p_box, x_box, disk)
+        return self.measured(signature(stepper, state, p_box, x_box) + (disk is not None,),
+                             measure)

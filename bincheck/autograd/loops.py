@@ -25,6 +25,7 @@ from autograd.tracer import isbox
 
 from ..runtime.disk import open_disk
 from ..runtime.executor import Executor
+from ..runtime.front import Configured
 from ..runtime.stats import LoopStats
 from ..runtime.store import MemoryStore
 from ..schedule.actions import Reverse
@@ -44,23 +45,12 @@ from .tape import tape_segment
 from .verify import RTOL
 
 
-class _LoopBase:
+class _LoopBase(Configured):
     """What both front ends share: entering the primitive and the derivative loop."""
 
-    _published = ("stats",)
     fn: Callable
     with_outputs: bool
     verify: bool
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name not in self._published and getattr(self, "_frozen", False):
-            raise AttributeError(f"{type(self).__name__} is configured once: create a new loop "
-                                 f"instead of setting {name!r}")
-        object.__setattr__(self, name, value)
-
-    def _freeze(self) -> None:
-        self.stats = LoopStats()
-        object.__setattr__(self, "_frozen", True)
 
     def _enter(self, trees: tuple) -> tuple | None:
         """Run through the primitive if anything is boxed (returns a 1-tuple), else None."""

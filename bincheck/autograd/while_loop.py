@@ -18,8 +18,8 @@ from ..runtime.executor import Executor
 from ..runtime.stats import LoopStats
 from ..runtime.store import MemoryStore
 from ..schedule.binomial import Plan
-from ..schedule.budget import BudgetPlan
-from ..schedule.online import DiskOnlinePlanner, OnlinePlanner, disk_period
+from ..schedule.budget import online_planner
+from ..schedule.online import OnlinePlanner
 from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable, check_int,
                                  check_positive_int, short_repr)
 from ..tree import flatten, unflatten
@@ -93,13 +93,8 @@ class WhileLoop(_LoopBase):
             call.schedule = 1                   # no step: nothing to plan
             return OnlinePlanner(1)
         sizes = self.budget.sizes(self, stepper, state0, call.boxed_leaves(0), [], self.disk)
-        if self.memory < sizes.minimum_memory:
-            BudgetPlan(1, self.memory, sizes)   # raises the ValueError naming the minimum
-        call.schedule = cm = (self.memory - sizes.work_bytes) // sizes.state_bytes
-        if self.disk is None:
-            return OnlinePlanner(cm)
-        return DiskOnlinePlanner(cm, disk_period(cm, sizes.write_seconds / sizes.step_seconds,
-                                                 sizes.read_seconds / sizes.step_seconds))
+        call.schedule, planner = online_planner(self.memory, sizes, self.disk is not None)
+        return planner
 
     def __call__(self, params: Any, init_state: Any) -> Any:
         out = self._enter((params, init_state, None))

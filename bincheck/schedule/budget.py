@@ -32,6 +32,7 @@ from .actions import Action
 from .binomial import Plan
 from .disk import DiskPlan, DiskTable
 from .mixed import MixedPlan
+from .online import DiskOnlinePlanner, OnlinePlanner, disk_period
 from .validate import _is_bool, check_positive_int, exactly_one_budget, short_repr
 
 _UNITS = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -356,3 +357,17 @@ def _seconds(name: str, value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{name} must be a positive number of seconds; got {short_repr(value)}")
     return float(value)
+
+
+def online_planner(memory: int, sizes: Sizes, disk: bool = False) -> tuple[int, object]:
+    """A while loop's online planner holding the states that fit ``memory`` bytes beside the
+    working set, and that number of states; with ``disk``, periodic disk checkpoints priced by
+    the measured write and read times. A budget below the minimum raises the ValueError of
+    :class:`BudgetPlan`, naming it."""
+    if memory < sizes.minimum_memory:
+        BudgetPlan(1, memory, sizes)            # raises, naming the minimum
+    states = (memory - sizes.work_bytes) // sizes.state_bytes
+    if not disk:
+        return states, OnlinePlanner(states)
+    return states, DiskOnlinePlanner(states, disk_period(
+        states, sizes.write_seconds / sizes.step_seconds, sizes.read_seconds / sizes.step_seconds))

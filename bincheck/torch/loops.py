@@ -21,12 +21,13 @@ graph at the loop, and the step itself may be compiled (``binomial_checkpoint(to
 
 from __future__ import annotations
 
-import threading
 from dataclasses import replace
 from typing import Any, Callable
 
 import torch
 
+from ..runtime.front import Configured
+from ..runtime.front import SizeCache as BaseCache
 from ..runtime.stats import LoopStats
 from ..schedule.binomial import Plan
 from ..schedule.budget import BudgetPlan, MemoryBudget, Sizes, parse_bytes
@@ -49,22 +50,12 @@ def _traced(v: Any) -> bool:
     return torch.autograd.forward_ad.unpack_dual(v).tangent is not None
 
 
-class _TorchLoop:
+class _TorchLoop(Configured):
     """What both torch front ends share: configuration, the three entry paths, publishing."""
 
     _published = ("stats", "last_plan")
     label = "fn"
     output_fn: Callable | None = None
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name not in self._published and getattr(self, "_frozen", False):
-            raise AttributeError(f"{type(self).__name__} is configured once: create a new loop "
-                                 f"instead of setting {name!r}")
-        object.__setattr__(self, name, value)
-
-    def _freeze(self) -> None:
-        self.stats = LoopStats()
-        object.__setattr__(self, "_frozen", True)
 
     def _run(self, args: Args) -> Any:
         leaves = args.leaves
@@ -178,14 +169,9 @@ class CheckpointedLoop(_TorchLoop):
                           sizes.state_bytes, replace(sizes, tape_bytes=None))
 
 
-class SizeCache:
+class SizeCache(BaseCache):
     """Measured :class:`Sizes` and plans, per argument signature (shapes, dtypes, devices, which
     arguments are differentiated)."""
-
-    def __init__(self) -> None:
-        self._sizes: dict = {}
-        self._plans: dict = {}
-        self._lock = threading.Lock()
 
     @staticmethod
     def signature(call: Call, disk: Any) -> tuple:
@@ -197,22 +183,7 @@ class SizeCache:
                 tuple(call.steps.x_want), disk is not None)
 
     def sizes(self, call: Call, disk: Any = None) -> Sizes:
-        key = self.signature(call, disk)
-        sizes = self._sizes.get(key)
-        if sizes is None:
-            sizes = probe(call, disk)
-            with self._lock:
-                sizes = self._sizes.setdefault(key, sizes)
-        return sizes
-
-    def plan(self, seq_len: int, memory: int, sizes: Sizes, disk: bool = False) -> BudgetPlan:
-        key = (seq_len, memory, sizes, disk)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = BudgetPlan(seq_len, memory, sizes, disk)
-            with self._lock:
-                plan = self._plans.setdefault(key, plan)
-        return plan
+        return self.measured(self.signature(call, disk), lambda: probe(call, disk))
 
 
 def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None, *,

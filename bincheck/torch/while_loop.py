@@ -16,8 +16,8 @@ import torch
 from ..runtime.executor import Executor
 from ..runtime.stats import LoopStats
 from ..schedule.binomial import Plan
-from ..schedule.budget import BudgetPlan, parse_bytes
-from ..schedule.online import DiskOnlinePlanner, OnlinePlanner, disk_period
+from ..schedule.budget import online_planner, parse_bytes
+from ..schedule.online import DiskOnlinePlanner, OnlinePlanner
 from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable, check_disk,
                                  check_int, check_positive_int, exactly_one_budget)
 from ..tree import flatten
@@ -133,14 +133,9 @@ class WhileLoop(_TorchLoop):
         if not self.keep_going(call.args, call.state0, 0):
             call.slots = 1
             return OnlinePlanner(1)
-        sizes = self.budget.sizes(call, self.disk)
-        if self.memory < sizes.minimum_memory:
-            BudgetPlan(1, self.memory, sizes)       # raises the ValueError naming the minimum
-        call.slots = cm = (self.memory - sizes.work_bytes) // sizes.state_bytes
-        if self.disk is None:
-            return OnlinePlanner(cm)
-        return DiskOnlinePlanner(cm, disk_period(cm, sizes.write_seconds / sizes.step_seconds,
-                                                 sizes.read_seconds / sizes.step_seconds))
+        call.slots, planner = online_planner(self.memory, self.budget.sizes(call, self.disk),
+                                             self.disk is not None)
+        return planner
 
     def keep_going(self, args: Args, state: Any, n: int) -> bool:
         verdict = args.call_with(None, self.cond_fn, state)
