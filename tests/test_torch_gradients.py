@@ -180,3 +180,24 @@ def test_a_call_holds_nothing_after_its_backward():
     del out
     gc.collect()
     assert call() is None
+
+
+def test_tied_weights_get_one_whole_gradient():
+    torch.manual_seed(0)
+
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc, self.dec = nn.Linear(4, 4).double(), nn.Linear(4, 4).double()
+            self.dec.weight = self.enc.weight          # one parameter, two places
+
+    model = Tied()
+    step = lambda m, h, x: torch.tanh(m.dec(torch.tanh(m.enc(h))) + x)   # noqa: E731
+    xs = torch.randn(T, 2, 4, dtype=torch.float64)
+    h0 = torch.randn(2, 4, dtype=torch.float64)
+    got = torch.autograd.grad(bt.binomial_checkpoint(step, T, 3)(model, h0, xs).pow(2).sum(),
+                              list(model.parameters()))
+    want = torch.autograd.grad(plain_loop(step, model, h0, xs, T).pow(2).sum(),
+                               list(model.parameters()))
+    assert len(got) == 3
+    assert_close(got, want)

@@ -28,34 +28,33 @@ def differentiable(v: Any) -> bool:
     return isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex())
 
 
-class _Apply(nn.Module):
-    """Runs a callable with a user module as its first argument, so that
-    ``torch.func.functional_call`` can substitute the module's parameters for the call."""
-
-    def __init__(self, module: nn.Module) -> None:
-        super().__init__()
-        self.m = module
-
-    def forward(self, body: Callable, *args: Any) -> Any:
-        return body(self.m, *args)
+def parameter_slots(module: nn.Module) -> tuple[list, list]:
+    """A module's distinct parameters, and every place each one is registered: (submodule,
+    attribute name, index of the parameter) — a tied weight has several places, one leaf."""
+    index: dict[int, int] = {}
+    params, slots = [], []
+    for name, p in module.named_parameters(remove_duplicate=False):
+        k = index.setdefault(id(p), len(params))
+        if k == len(params):
+            params.append(p)
+        owner, _, attr = name.rpartition(".")
+        slots.append((module.get_submodule(owner), attr, k))
+    return params, slots
 
 
 class Args:
     """One call's arguments flattened: ``p`` (params), ``s`` (state) and ``x`` (inputs) leaves."""
 
-    __slots__ = ("module", "p_names", "p_def", "s_def", "x_def", "p", "s", "x", "_apply",
-                 "seq_len", "_params")
+    __slots__ = ("module", "slots", "p_def", "s_def", "x_def", "p", "s", "x", "seq_len",
+                 "_params")
 
     def __init__(self, params: Any, init_state: Any, inputs: Any, seq_len: int | None) -> None:
         if isinstance(params, nn.Module):
             self.module = params
-            named = list(params.named_parameters())
-            self.p_names = [n for n, _ in named]
-            self.p = [p for _, p in named]
+            self.p, self.slots = parameter_slots(params)
             self.p_def = None
-            self._apply = _Apply(params)
         else:
-            self.module, self.p_names, self._apply = None, None, None
+            self.module, self.slots = None, None
             self.p, self.p_def = flatten(params)
         self._params = params                 # what plain steps receive, built once
         self.s, self.s_def = flatten(init_state)
@@ -83,13 +82,24 @@ class Args:
 
     def call_with(self, aliases: list | None, body: Callable, *args: Any) -> Any:
         """``body(params, *args)`` with the parameters replaced by ``aliases`` (None: as given).
-        A module's parameters are substituted with ``torch.func.functional_call``."""
+
+        A module's parameters are substituted in its (and its submodules') parameter dicts for
+        the duration of the call and put back after it, whatever happens: what
+        ``torch.func.functional_call`` does, at the cost of a few dict writes (functional_call's
+        own bookkeeping, paid once per taped segment, cost as much as a taped step)."""
         if aliases is None:
             return body(self._params, *args)
         if self.module is None:
             return body(unflatten(self.p_def, aliases), *args)
-        swap = {f"m.{n}": a for n, a in zip(self.p_names, aliases)}
-        return torch.func.functional_call(self._apply, swap, (body, *args))
+        saved = []
+        try:
+            for owner, attr, k in self.slots:
+                saved.append((owner, attr, owner._parameters[attr]))
+                owner._parameters[attr] = aliases[k]
+            return body(self.module, *args)
+        finally:
+            for owner, attr, p in saved:
+                owner._parameters[attr] = p
 
     def x_at(self, t: int, leaves: list | None = None) -> Any:
         leaves = self.x if leaves is None else leaves
