@@ -208,3 +208,34 @@ def test_threads_and_nested_calls_share_one_loop():
         want = torch.autograd.grad(plain_loop(tanh_cell, tuple(leaves), h0 * k, xs, T).sum(),
                                    leaves)
         assert_close(results[k], want)
+
+
+def test_threads_share_one_module():
+    import threading
+    torch.manual_seed(0)
+    cell = nn.GRUCell(3, 4).double()
+    xs = torch.randn(T, 2, 3, dtype=torch.float64)
+    step = lambda c, h, x: c(x, h)                                   # noqa: E731
+    loop = bt.binomial_checkpoint(step, T, 2)
+    results, errors = {}, []
+
+    def work(k):
+        try:
+            h0 = torch.full((2, 4), 0.1 * k, dtype=torch.float64)
+            for _ in range(3):
+                results[k] = torch.autograd.grad(loop(cell, h0, xs).pow(2).sum(),
+                                                 list(cell.parameters()))
+        except Exception as err:          # noqa: BLE001
+            errors.append(err)
+    threads = [threading.Thread(target=work, args=(k,)) for k in (1, 2, 3, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert all(type(p) is nn.Parameter for p in cell.parameters())   # all put back
+    for k in (1, 2, 3, 4):
+        h0 = torch.full((2, 4), 0.1 * k, dtype=torch.float64)
+        want = torch.autograd.grad(plain_loop(step, cell, h0, xs, T).pow(2).sum(),
+                                   list(cell.parameters()))
+        assert_close(results[k], want)

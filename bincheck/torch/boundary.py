@@ -11,6 +11,7 @@ storage, made once per call; their accumulated ``.grad`` is returned as the para
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import torch
@@ -26,6 +27,13 @@ class InternalError(AssertionError):
 
 def differentiable(v: Any) -> bool:
     return isinstance(v, torch.Tensor) and (v.is_floating_point() or v.is_complex())
+
+
+# Swapping a module's parameters is visible to every thread using the module: taped segments of
+# concurrent calls take turns, and a call reads a module's parameters only between them
+# (reentrant: a loop may call itself from inside its own step). Plain steps of other calls may
+# run on the aliases meanwhile: the same storage, and no graph is built there.
+_SWAP = threading.RLock()
 
 
 def parameter_slots(module: nn.Module) -> tuple[list, list]:
@@ -51,7 +59,8 @@ class Args:
     def __init__(self, params: Any, init_state: Any, inputs: Any, seq_len: int | None) -> None:
         if isinstance(params, nn.Module):
             self.module = params
-            self.p, self.slots = parameter_slots(params)
+            with _SWAP:                        # never read another call's aliases
+                self.p, self.slots = parameter_slots(params)
             self.p_def = None
         else:
             self.module, self.slots = None, None
@@ -92,14 +101,15 @@ class Args:
         if self.module is None:
             return body(unflatten(self.p_def, aliases), *args)
         saved = []
-        try:
-            for owner, attr, k in self.slots:
-                saved.append((owner, attr, owner._parameters[attr]))
-                owner._parameters[attr] = aliases[k]
-            return body(self.module, *args)
-        finally:
-            for owner, attr, p in saved:
-                owner._parameters[attr] = p
+        with _SWAP:
+            try:
+                for owner, attr, k in self.slots:
+                    saved.append((owner, attr, owner._parameters[attr]))
+                    owner._parameters[attr] = aliases[k]
+                return body(self.module, *args)
+            finally:
+                for owner, attr, p in saved:
+                    owner._parameters[attr] = p
 
     def x_at(self, t: int, leaves: list | None = None) -> Any:
         leaves = self.x if leaves is None else leaves
