@@ -175,3 +175,18 @@ def test_forgotten_inputs_are_named_in_the_error(budget):
     with pytest.raises(TypeError) as info:
         run(1.0, 0.0)
     assert "inputs" not in str(info.value)
+
+
+def test_a_taped_step_that_changes_the_state_shape_is_refused():
+    """Under a budget that tapes the whole loop, no plain step sees step 5: the taped path checks
+    shapes too (issue 17, point 3)."""
+    import autograd.numpy as anp
+    from autograd import grad
+    from bincheck import binomial_checkpoint
+
+    def step(p, h, x):
+        return anp.concatenate([h, h[:1]]) * p if x[0] == 5 else anp.tanh(h * p)
+    xs = numpy.arange(10.0)[:, None]
+    loop = binomial_checkpoint(step, 10, memory="10MB")
+    with pytest.raises(ValueError, match=r"step 5 got shapes \[\(3,\)\] and returned \[\(4,\)\]"):
+        grad(lambda p: anp.sum(loop(p, numpy.ones(3), xs)))(0.5)

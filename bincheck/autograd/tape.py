@@ -157,6 +157,12 @@ def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_box: list,
             # Container boxes (autograd.builtins containers under the tape) become plain
             # containers of element boxes, so the next step and the adjoint see array leaves.
             st = conform(expand_boxes(st), s_def)
+            shapes = [np.shape(getval(v)) for v in flatten(st)[0]]
+            if len(shapes) == len(stepper.s_shapes) and shapes != stepper.s_shapes:
+                # checked whatever the planner chose to tape (a structure change is refused below)
+                raise ValueError(
+                    f"{stepper.label} must return state arrays of the shapes it received; step "
+                    f"{t} got shapes {stepper.s_shapes} and returned {shapes}")
             if stepper.output_fn is not None:
                 if plain_outputs:
                     plain_st = freeze(unflatten(s_def, [getval(v) for v in flatten(st)[0]]))
