@@ -124,3 +124,15 @@ def test_generated_text_is_deterministic_and_in_the_vocabulary():
     assert chars.shape == targets.shape == (50, 4) and VOCAB_SIZE == 96
     assert (chars[1:] == targets[:-1]).all()           # the target is the next character
     assert 0 <= chars.min() and chars.max() < VOCAB_SIZE
+
+
+def test_torch_benchmark_smoke_run(tmp_path):
+    """python -m benchmarks.torch --smoke: every strategy runs, its gradient checked against
+    store-all's, and the results are written."""
+    pytest.importorskip("torch")
+    out = subprocess.run([sys.executable, "-m", "benchmarks.torch", "--smoke", "--out",
+                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    written = set(os.listdir(tmp_path))
+    assert {f for f in written if f.endswith((".csv", ".json", ".md"))}, written

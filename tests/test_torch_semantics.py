@@ -218,13 +218,15 @@ def test_threads_share_one_module():
     step = lambda c, h, x: c(x, h)                                   # noqa: E731
     loop = bt.binomial_checkpoint(step, T, 2)
     results, errors = {}, []
+    # Read before the threads start: while a call tapes a segment, the module's parameter
+    # attributes are that call's aliases (as under torch.func.functional_call; documented).
+    params = list(cell.parameters())
 
     def work(k):
         try:
             h0 = torch.full((2, 4), 0.1 * k, dtype=torch.float64)
             for _ in range(3):
-                results[k] = torch.autograd.grad(loop(cell, h0, xs).pow(2).sum(),
-                                                 list(cell.parameters()))
+                results[k] = torch.autograd.grad(loop(cell, h0, xs).pow(2).sum(), params)
         except Exception as err:          # noqa: BLE001
             errors.append(err)
     threads = [threading.Thread(target=work, args=(k,)) for k in (1, 2, 3, 4)]

@@ -21,7 +21,6 @@ graph at the loop, and the step itself may be compiled (``binomial_checkpoint(to
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Callable
 
 import torch
@@ -30,14 +29,14 @@ from ..runtime.front import Configured
 from ..runtime.front import SizeCache as BaseCache
 from ..runtime.stats import LoopStats
 from ..schedule.binomial import Plan
-from ..schedule.budget import BudgetPlan, MemoryBudget, Sizes, parse_bytes
+from ..schedule.budget import BudgetPlan, MemoryBudget, parse_bytes
 from ..schedule.simulate import simulate
 from ..schedule.validate import (check_bool, check_callable, check_disk, check_positive_int,
                                  exactly_one_budget)
 from ..tree import flatten, unflatten
 from .boundary import Args, aliases, differentiable
 from .function import Call, LoopFunction
-from .probe import probe
+from .probe import Measured, probe
 from .steps import Outputs, Steps
 
 
@@ -140,8 +139,8 @@ class CheckpointedLoop(_TorchLoop):
     def schedule_for(self, call: Call) -> Any:
         if self.budget is None:
             return self.schedule
-        plan = self.budget.plan(self.seq_len, self.schedule.memory,
-                                self.budget.sizes(call, self.disk), self.disk is not None)
+        plan = self.budget.best_plan(self.seq_len, self.schedule.memory,
+                                     self.budget.sizes(call, self.disk), self.disk is not None)
         self.last_plan = plan
         return plan
 
@@ -156,17 +155,18 @@ class CheckpointedLoop(_TorchLoop):
         call.p_want = [differentiable(v) for v in call.args.p]
         call.steps.aliases = aliases(call.args.p, call.p_want)
         call.state0 = call.args.state([v.detach().clone() for v in call.args.s])
-        sizes = (self.budget or SizeCache()).sizes(call, self.disk)
+        measured = (self.budget or SizeCache()).sizes(call, self.disk)
         if self.budget is not None:
-            plan = self.budget.plan(self.seq_len, self.schedule.memory, sizes,
-                                    self.disk is not None)
+            plan = self.budget.best_plan(self.seq_len, self.schedule.memory, measured,
+                                         self.disk is not None)
             self.last_plan = plan
             return plan
+        sizes = measured.states_only
         peak = getattr(self.schedule, "peak_checkpoints", None)
         if peak is None:
             peak = simulate(self.schedule).peak_checkpoints
         return BudgetPlan(self.seq_len, sizes.work_bytes + min(peak, self.seq_len) *
-                          sizes.state_bytes, replace(sizes, tape_bytes=None))
+                          sizes.state_bytes, sizes)
 
 
 class SizeCache(BaseCache):
@@ -182,8 +182,23 @@ class SizeCache(BaseCache):
         return (sig(args.p), sig(args.s), sig(args.x), tuple(call.p_want),
                 tuple(call.steps.x_want), disk is not None)
 
-    def sizes(self, call: Call, disk: Any = None) -> Sizes:
+    def sizes(self, call: Call, disk: Any = None) -> Measured:
         return self.measured(self.signature(call, disk), lambda: probe(call, disk))
+
+    def best_plan(self, seq_len: int, memory: int, measured: Measured,
+                  disk: bool = False) -> BudgetPlan:
+        """The faster of the states-only plan (one-step segments, the smaller working set) and
+        the mixed plan (kept taped segments, the larger one) that fit ``memory``; a budget that
+        fits neither raises the states-only plan's ValueError, naming the minimum."""
+        plans, error = [], None
+        for sizes in (measured.states_only, measured.mixed):
+            try:
+                plans.append(self.plan(seq_len, memory, sizes, disk))
+            except ValueError as err:
+                error = error or err
+        if not plans:
+            raise error
+        return min(plans, key=lambda plan: plan.plain_steps)
 
 
 def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None, *,

@@ -133,8 +133,8 @@ class WhileLoop(_TorchLoop):
         if not self.keep_going(call.args, call.state0, 0):
             call.slots = 1
             return OnlinePlanner(1)
-        call.slots, planner = online_planner(self.memory, self.budget.sizes(call, self.disk),
-                                             self.disk is not None)
+        call.slots, planner = online_planner(
+            self.memory, self.budget.sizes(call, self.disk).states_only, self.disk is not None)
         return planner
 
     def keep_going(self, args: Args, state: Any, n: int) -> bool:
