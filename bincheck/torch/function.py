@@ -141,8 +141,11 @@ class Call:
                 close(store)
         stats = self.stats
         stats.peak_snapshots = max(stats.peak_snapshots, executor.tracker.peak_checkpoints)
-        stats.peak_bytes = max(stats.peak_bytes, max(store.peak_nbytes, sweep.peak_held) +
-                               (sizes.work_bytes if sizes is not None else 0))
+        held = max(store.peak_nbytes, sweep.peak_held)
+        if sizes is not None:               # the working set counts one RNG state already
+            held -= min(store.working_rng_bytes, held)
+        stats.peak_bytes = max(stats.peak_bytes,
+                               held + (sizes.work_bytes if sizes is not None else 0))
         if store.disk is not None:
             stats.disk_bytes_written += store.disk.bytes_written
             stats.disk_bytes_read += store.disk.bytes_read

@@ -5,13 +5,15 @@ One probe runs step 0 plain and taped (with its backward), twice each, keeping t
 never from an allocator's counters (which differ between CPU and CUDA builds):
 
 * ``state_bytes``: the storages a snapshot holds (a view counts its whole storage), plus the RNG
-  state kept beside it (5056 bytes on CPU) with ``preserve_rng_state``;
+  state kept beside it (5056 bytes on CPU) with ``preserve_rng_state`` if step 0 draws random
+  numbers (snapshots of a loop that draws none share one RNG state);
 * ``tape_bytes``: the storages one step's graph saves for its backward (counted with a
   ``saved_tensors_hooks`` pack hook; the parameters' and inputs' own storages excluded), plus its
   input state, which a kept tape holds too;
 * ``work_bytes``: what a reverse step holds beside the stored states: its tape, as much again for
   the gradients its backward computes, ``WORK_STATES`` states (live, adjoint, new adjoint, the
-  output cotangent, state 0's copy) and parameter-gradient buffers, two working sets:
+  output cotangent, state 0's copy), three RNG states (the one snapshots share, the one just
+  read to compare with it, ``fork_rng``'s) and parameter-gradient buffers, two working sets:
 
   - one-step segments (states only, Revolve): the parameters' gradients once (each step's new
     gradient, before it is added into the accumulated one in place; measured at 0.60-0.77 of
@@ -69,10 +71,12 @@ def probe(call: Any, disk: Any = None) -> Measured:
     plain, taped = [], []
     with torch.random.fork_rng(devices=call.ambient.devices):
         for _ in range(2):
+            before = torch.get_rng_state()
             t0 = time.perf_counter()
             with torch.no_grad():
                 state1 = steps.step(state0, 0)
             t1 = time.perf_counter()
+            draws = not torch.equal(before, torch.get_rng_state())
             saved.clear()
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 seg = steps.tape(state0, 0, 1, True)
@@ -91,13 +95,15 @@ def probe(call: Any, disk: Any = None) -> Measured:
             for a in ins:
                 a.grad = None
     leaves = flatten(state1)[0]
+    # A snapshot holds its own RNG state only where the steps draw random numbers (see Rng.get)
     rng = call.rng.nbytes() if call.rng is not None else 0
-    state_bytes = storage_bytes(leaves) + rng
+    state_bytes = storage_bytes(leaves) + (rng if draws else 0)
     tape = storage_bytes(saved, set(owned))
     tape += storage_bytes(flatten(state0)[0], {t.untyped_storage().data_ptr() for t in saved})
     grads = [a.numel() * a.element_size() for a, w in zip(src.aliases, call.p_want)
              if w and differentiable(a)]
-    work = 2 * tape + WORK_STATES * state_bytes
+    # + the RNG state the snapshots share and the one being compared with it, and fork_rng's
+    work = 2 * tape + WORK_STATES * state_bytes + 3 * rng
     write_s, read_s = disk_seconds(state1, disk, TENSORS) if disk not in (None, False) \
         else (None, None)
     mixed = Sizes(state_bytes, tape, work + 2 * sum(grads) + max(grads, default=0),

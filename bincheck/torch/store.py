@@ -46,16 +46,26 @@ def tensor_nbytes(state: Any) -> int:
 
 class Rng:
     """The RNG states a loop's steps draw from: the CPU generator's and those of the CUDA devices
-    the loop's tensors live on (as ``torch.utils.checkpoint`` keeps them)."""
+    the loop's tensors live on (as ``torch.utils.checkpoint`` keeps them).
 
-    __slots__ = ("devices",)
+    :meth:`get` hands back the previous state's very object while the generators have not moved
+    (a step that draws no random numbers), so snapshots of such a loop share one RNG state
+    instead of holding a copy each."""
+
+    __slots__ = ("devices", "_last")
 
     def __init__(self, devices: list[int]) -> None:
         self.devices = devices
+        self._last: tuple | None = None
 
     def get(self) -> tuple:
-        return (torch.get_rng_state(),
-                [torch.cuda.get_rng_state(d) for d in self.devices])
+        cpu, cuda = torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in self.devices]
+        last = self._last
+        if last is not None and torch.equal(cpu, last[0]) and \
+                all(torch.equal(a, b) for a, b in zip(cuda, last[1])):
+            return last
+        self._last = (cpu, cuda)
+        return self._last
 
     @staticmethod
     def set(saved: tuple, devices: list[int]) -> None:
@@ -73,23 +83,33 @@ class TorchStore(MemoryStore):
     """:class:`~bincheck.runtime.store.MemoryStore` for tensors, with a version guard per
     snapshot and, with ``rng``, the RNG state kept beside each one (see the module docstring)."""
 
-    __slots__ = ("_guard", "rng")
+    __slots__ = ("_guard", "rng", "_rng_refs", "_rng_bytes")
 
     def __init__(self, disk: Any = None, rng: Rng | None = None,
                  size: Callable[[Any], int] = tensor_nbytes) -> None:
-        if rng is not None:                  # a snapshot holds its RNG state too
-            rng_bytes = rng.nbytes()
-            size = lambda state, size=size: size(state) + rng_bytes      # noqa: E731
         super().__init__(disk, size)
         self._guard: dict[int, tuple] = {}
         self.rng = rng
+        self._rng_refs: dict[int, int] = {}          # id of a kept RNG state -> snapshots
+        self._rng_bytes = 0 if rng is None else rng.nbytes()
 
     def put(self, index: int, state: Any, storage: str = "ram") -> None:
         leaves = flatten(state)[0]
         rng = None if self.rng is None else self.rng.get()
+        if rng is not None:                  # a distinct RNG state is held once, and counted
+            refs = self._rng_refs.get(id(rng), 0)
+            self._rng_refs[id(rng)] = refs + 1
+            if not refs:
+                self.nbytes += self._rng_bytes
         super().put(index, state, storage)
         versions = None if storage == "disk" else [v._version for v in leaves]
         self._guard[index] = (versions, rng)
+
+    @property
+    def working_rng_bytes(self) -> int:
+        """The bytes of one RNG state: the one all snapshots share when the steps draw no random
+        numbers, which a byte budget counts in the working set, not per snapshot."""
+        return self._rng_bytes
 
     def get(self, index: int) -> Any:
         state = super().get(index)
@@ -107,7 +127,13 @@ class TorchStore(MemoryStore):
         return state
 
     def pop(self, index: int) -> Any:
-        self._guard.pop(index, None)
+        _, rng = self._guard.pop(index, (None, None))
+        if rng is not None:
+            refs = self._rng_refs.pop(id(rng)) - 1
+            if refs:
+                self._rng_refs[id(rng)] = refs
+            else:
+                self.nbytes -= self._rng_bytes
         return super().pop(index)
 
 
