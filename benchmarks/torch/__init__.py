@@ -1,0 +1,1 @@
+"""``python -m benchmarks.torch``: bincheck.torch against torch's own checkpointing (see README)."""

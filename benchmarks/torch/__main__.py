@@ -1,0 +1,137 @@
+"""``python -m benchmarks.torch``: bincheck.torch against torch's checkpointing, time vs memory.
+
+Quick default (about 2 minutes on 2 cores): the tanh cell, T=1000, H=256, B=32, I=256, every
+strategy, 3 timed rounds. ``--full``: tanh, LSTM and GRU, 5 rounds, budgets at 5 % and 2 % of
+store-all. ``--smoke``: tiny sizes, a few seconds, for the test suite (writes to a temporary
+folder unless ``--out`` is given). One thread (``torch.set_num_threads(1)``), float32, CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import sys
+import tempfile
+import time
+
+MODES = {
+    "smoke": dict(cells=["tanh", "lstm"], seq_len=20, hidden=16, batch=4, input_size=16,
+                  num_ckpts=[3, 5], fractions=[0.05], rounds=3),
+    "quick": dict(cells=["tanh"], seq_len=1000, hidden=256, batch=32, input_size=256,
+                  num_ckpts=[10, 20, 50], fractions=[0.05], rounds=3),
+    "full": dict(cells=["tanh", "lstm", "gru"], seq_len=1000, hidden=256, batch=32,
+                 input_size=256, num_ckpts=[10, 20, 50], fractions=[0.05, 0.02], rounds=5),
+}
+RESULTS = os.path.join("benchmarks", "torch", "results")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.torch",
+        description="Gradient time and metered peak memory of bincheck.torch and torch's "
+                    "checkpointing (store-all, checkpoint per step, checkpoint_sequential, "
+                    "nested checkpoint) on RNN cells, CPU, float32, one thread. Without "
+                    "options: the quick run (tanh, T=1000, H=256, B=32).")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--full", action="store_true",
+                      help="tanh, LSTM and GRU; 5 rounds; memory= at 5 %% and 2 %% of store-all")
+    mode.add_argument("--smoke", action="store_true",
+                      help="tiny sizes (T=20, H=16), seconds; for the test suite")
+    p.add_argument("--cells", help="comma-separated subset of tanh,lstm,gru")
+    p.add_argument("--rounds", type=int, help="timed rounds (median; at least 3)")
+    p.add_argument("--seed", type=int, default=0, help="seed of parameters and inputs")
+    p.add_argument("--out", help=f"output folder (default {RESULTS}; --smoke: a temporary one)")
+    p.add_argument("--replot", metavar="JSON",
+                   help="redraw the table and the plot from an earlier results JSON; no runs")
+    args = p.parse_args(argv)
+    args.mode = "full" if args.full else "smoke" if args.smoke else "quick"
+    cfg = dict(MODES[args.mode])
+    if args.cells:
+        cells = [c.strip() for c in args.cells.split(",") if c.strip()]
+        bad = [c for c in cells if c not in ("tanh", "lstm", "gru")]
+        if bad or not cells:
+            p.error(f"--cells: expected a subset of tanh,lstm,gru; got {args.cells!r}")
+        cfg["cells"] = cells
+    if args.rounds is not None:
+        if args.rounds < 3:
+            p.error(f"--rounds must be at least 3 (the time is a median); got {args.rounds}")
+        cfg["rounds"] = args.rounds
+    args.cfg = cfg
+    if args.out is None:
+        args.out = tempfile.mkdtemp(prefix="bincheck-torch-smoke-") if args.smoke else RESULTS
+    return args
+
+
+def library_version() -> str:
+    """The checkout's commit, with "+dirty" when bincheck/ has uncommitted changes."""
+    import subprocess
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "bincheck"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head or "unknown") + ("+dirty" if dirty else "")
+
+
+def write_all(out: str, name: str, meta: dict, rows) -> str:
+    from .plot import plot_png
+    from .report import csv_bytes, json_bytes, markdown, write_atomic
+    write_atomic(os.path.join(out, f"{name}.json"), json_bytes(meta, rows))
+    write_atomic(os.path.join(out, f"{name}.csv"), csv_bytes(rows))
+    text = markdown(meta, rows)
+    write_atomic(os.path.join(out, f"{name}.md"), text.encode())
+    png = plot_png(rows, f"bincheck.torch vs torch checkpointing, {meta['mode']} run "
+                         f"{meta['date'][:10]}, CPU float32, {meta['threads']} thread(s)")
+    if png is not None:
+        write_atomic(os.path.join(out, f"{name}.png"), png)
+    return text
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.replot:
+        from .report import rows_from_json
+        meta, rows = rows_from_json(args.replot)
+        name = os.path.splitext(os.path.basename(args.replot))[0]
+        print(write_all(args.out, name, meta, rows))
+        return 0
+    import torch
+    from tqdm import tqdm
+
+    from .harness import expected_ticks, run_cell
+    from .meter import load_average
+    from .strategies import Problem
+
+    torch.set_num_threads(1)
+    cfg = args.cfg
+    meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), mode=args.mode,
+                torch=torch.__version__, bincheck_commit=library_version(),
+                threads=torch.get_num_threads(),
+                python=platform.python_version(), machine=platform.machine(),
+                cpus=os.cpu_count(), load_start=load_average(), load_end=None, seconds=None,
+                config={k: v for k, v in cfg.items()}, seed=args.seed)
+    t0 = time.perf_counter()
+    rows = []
+    total = len(cfg["cells"]) * expected_ticks(cfg["num_ckpts"], cfg["fractions"],
+                                               cfg["rounds"])
+    with tqdm(total=total, desc="benchmark", unit="run", file=sys.stderr) as bar:
+        for cell in cfg["cells"]:
+            bar.set_postfix_str(cell)
+            prob = Problem(cell, cfg["seq_len"], cfg["hidden"], cfg["batch"],
+                           cfg["input_size"], args.seed)
+            rows += run_cell(prob, cfg["num_ckpts"], cfg["fractions"], cfg["rounds"], bar)
+            meta.update(load_end=load_average(), seconds=time.perf_counter() - t0)
+            write_all(args.out, args.mode, meta, rows)     # whole files after every cell
+    print(write_all(args.out, args.mode, meta, rows))
+    failed = [r for r in rows if r.status.startswith("FAILED")]
+    print(f"{len(rows)} runs in {meta['seconds']:.0f} s; results in {args.out}/{args.mode}.*"
+          + (f"; {len(failed)} FAILED (gradient mismatch)" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The figure: time against peak memory, both relative to store-all, one panel per cell."""
+
+from __future__ import annotations
+
+import io
+import math
+import textwrap
+
+from .harness import Row
+
+# one look per kind of strategy, the same in every panel
+STYLE = {
+    "store-all": dict(marker="s", color="black"),
+    "per-step": dict(marker="X", color="tab:red"),
+    "seq-reentrant": dict(marker="^", color="tab:green"),
+    "seq-nonreentrant": dict(marker="v", color="tab:olive"),
+    "nested": dict(marker="P", color="tab:purple"),
+    "num_ckpts": dict(marker="o", color="tab:blue"),
+    "memory": dict(marker="D", color="tab:orange"),
+}
+LEGEND = {
+    "store-all": "store-all (plain loop)",
+    "per-step": "checkpoint per step (non-reentrant)",
+    "seq-reentrant": "checkpoint_sequential √T, reentrant",
+    "seq-nonreentrant": "checkpoint_sequential √T, non-reentrant",
+    "nested": "nested: √T segments × per-step",
+    "num_ckpts": "bincheck num_ckpts=s",
+    "memory": "bincheck memory= (label: budget)",
+}
+
+
+def _style_key(r: Row) -> str:
+    if r.kind != "bincheck":
+        return r.kind
+    return "num_ckpts" if r.memory_budget is None else "memory"
+
+
+def _overlap(a, b) -> float:
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    return w * h if w > 0 and h > 0 else 0.0
+
+
+def _place_labels(fig, ax, items, others=()) -> None:
+    """Greedy: each label goes to the first of a ring of offsets around its point that overlaps
+    no placed label, no point and stays inside the panel (else the least bad one)."""
+    renderer = fig.canvas.get_renderer()
+    px = [tuple(ax.transData.transform((x, y))) for x, y, _ in items]
+    r = 4.5 * fig.dpi / 72
+    pts = [(x - r, y - r, x + r, y + r) for x, y in
+           px + [tuple(ax.transData.transform(p)) for p in others]]
+    frame = ax.get_window_extent(renderer)
+    placed = []
+    for (x, y, text), (qx, qy) in sorted(zip(items, px), key=lambda it: -it[1][1]):
+        probe = ax.text(0, 0, text, fontsize=7)
+        bb = probe.get_window_extent(renderer)
+        probe.remove()
+        w, h = bb.width, bb.height
+        best = None
+        for k in (1.0, 2.2, 3.6, 5.0):
+            for dx, dy in ((r * k, -h / 2), (-r * k - w, -h / 2), (-w / 2, r * k),
+                           (-w / 2, -r * k - h), (r * k, r * k / 2), (r * k, -r * k / 2 - h),
+                           (-r * k - w, r * k / 2), (-r * k - w, -r * k / 2 - h)):
+                box = (qx + dx, qy + dy, qx + dx + w, qy + dy + h)
+                cost = sum(_overlap(box, o) for o in placed + pts) + 0.01 * k
+                if box[0] < frame.x0 or box[2] > frame.x1 or box[1] < frame.y0 or \
+                        box[3] > frame.y1:
+                    cost += w * h
+                if best is None or cost < best[0]:
+                    best = (cost, box)
+            if best[0] < 1:
+                break
+        box = best[1]
+        placed.append(box)
+        ax.annotate(text, (x, y), xytext=(box[0] - qx, box[1] - qy), textcoords="offset pixels",
+                    fontsize=7, va="bottom", ha="left", annotation_clip=False,
+                    arrowprops=dict(arrowstyle="-", color="0.6", lw=0.5, shrinkA=0, shrinkB=3))
+
+
+def plot_png(rows: list[Row], title: str) -> bytes | None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+        from matplotlib.lines import Line2D
+    except ImportError:
+        return None
+    ok = [r for r in rows if r.status == "ok" and r.rel_time is not None]
+    cells = list(dict.fromkeys(r.cell for r in ok))
+    if not cells:
+        return None
+    n = len(cells)
+    present = [k for k in STYLE if any(_style_key(r) == k for r in ok)]
+    width = max(9.0, 5.0 * n + 0.8)
+    ncol = 4 if width >= 14 else 2
+    legend_rows = math.ceil((len(present) + 1) / ncol)
+    top_in, ax_in, bottom_in = 1.2, 4.2, 0.75 + 0.19 * legend_rows + 0.15
+    height = top_in + ax_in + bottom_in
+    fig, axes = plt.subplots(1, n, figsize=(width, height), squeeze=False, dpi=110)
+    fig.subplots_adjust(left=0.7 / width, right=1 - 0.25 / width, top=1 - top_in / height,
+                        bottom=bottom_in / height, wspace=0.15)
+    fig.suptitle(title, fontsize=10.5, y=1 - 0.1 / height, va="top")
+    caption = ("x: metered peak (profiler allocation events) / store-all's, log scale; y: median "
+               "time / store-all's. Hollow grey circle joined to a bincheck point: that run's "
+               "bound, the plan's plain steps × plain step + T × (taped step + backward), "
+               "per-step costs measured in the same run.")
+    fig.text(0.5, 1 - 0.42 / height, "\n".join(textwrap.wrap(caption, int(width * 15))),
+             ha="center", va="top", fontsize=7.5, color="0.3")
+    xs = [r.peak_rel for r in ok]
+    ys = [r.rel_time for r in ok] + [r.bound_s / r.time_s * r.rel_time for r in ok
+                                     if r.bound_s]
+    xlim = (min(xs) / 1.5, max(xs) * 1.5)
+    ylim = (min(0.9, min(ys) - 0.1), max(ys) * 1.08 + 0.05)
+    for ax, cell in zip(axes[0], cells):
+        mine = [r for r in ok if r.cell == cell]
+        ax.set_xscale("log")
+        ax.set_xlim(*xlim)
+        ax.set_ylim(*ylim)
+        ax.grid(alpha=0.3, which="both")
+        ax.axhline(1.0, color="0.6", lw=0.8, ls=":")
+        ax.axvline(1.0, color="0.6", lw=0.8, ls=":")
+        r0 = mine[0]
+        ax.set_title(f"{cell}: T={r0.seq_len}, H={r0.hidden}, B={r0.batch}", fontsize=9)
+        ax.set_xlabel("peak memory relative to store-all (log scale)", fontsize=8)
+        ticks = [t for t in (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2) if xlim[0] <= t <= xlim[1]]
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        if ax is axes[0][0]:
+            ax.set_ylabel("time relative to store-all", fontsize=8)
+        ax.tick_params(labelsize=7.5)
+        items, bounds = [], []
+        for r in mine:
+            st = STYLE[_style_key(r)]
+            if r.bound_s:
+                yb = r.rel_time * r.bound_s / r.time_s
+                ax.plot([r.peak_rel, r.peak_rel], [yb, r.rel_time], color="0.7", lw=0.8,
+                        zorder=1)
+                ax.plot(r.peak_rel, yb, "o", mfc="none", mec="0.55", ms=5, zorder=2)
+                bounds.append((r.peak_rel, yb))
+            ax.plot(r.peak_rel, r.rel_time, st["marker"], color=st["color"], ms=6.5,
+                    mec="white", mew=0.5, zorder=3)
+            items.append((r.peak_rel, r.rel_time, r.label))
+        fig.canvas.draw()
+        _place_labels(fig, ax, items, bounds)
+    handles = [Line2D([], [], ls="", marker=STYLE[k]["marker"], color=STYLE[k]["color"],
+                      label=LEGEND[k]) for k in present]
+    handles.append(Line2D([], [], ls="", marker="o", mfc="none", mec="0.55",
+                          label="bound of a bincheck run"))
+    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=7.5, frameon=False,
+               bbox_to_anchor=(0.5, 0.1 / height))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()

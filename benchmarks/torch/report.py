@@ -1,0 +1,173 @@
+"""Results files: JSON (metadata and rows), CSV (rows), a markdown table with the targets, a PNG."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from dataclasses import fields
+
+from .harness import Row
+
+MiB = 2**20
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write a temporary file in the same folder, then rename: never a half-written file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def json_bytes(meta: dict, rows: list[Row]) -> bytes:
+    return json.dumps({"meta": meta, "rows": [r.record() for r in rows]}, indent=1).encode()
+
+
+def rows_from_json(path: str) -> tuple[dict, list[Row]]:
+    with open(path) as f:
+        data = json.load(f)
+    return data["meta"], [Row(**r) for r in data["rows"]]
+
+
+def csv_bytes(rows: list[Row]) -> bytes:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=[f.name for f in fields(Row)], lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        rec = r.record()
+        rec["times_s"] = " ".join(f"{t:.4f}" for t in r.times_s)
+        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in rec.items()})
+    return buf.getvalue().encode()
+
+
+def _f(v, spec: str, missing: str = "–") -> str:
+    return missing if v is None else format(v, spec)
+
+
+def _mib(v) -> str:
+    return _f(None if v is None else v / MiB, ".2f")
+
+
+def cells_of(rows: list[Row]) -> list[str]:
+    return list(dict.fromkeys(r.cell for r in rows))
+
+
+def table(rows: list[Row]) -> str:
+    out = []
+    for cell in cells_of(rows):
+        mine = [r for r in rows if r.cell == cell]
+        r0 = mine[0]
+        costs = next((r for r in mine if r.step_plain_ms is not None), None)
+        out.append(f"\n**{cell}**, T={r0.seq_len}, H={r0.hidden}, B={r0.batch}, "
+                   f"I={r0.input_size}, float32, CPU"
+                   + ("" if costs is None else
+                      f"; plain step {costs.step_plain_ms:.3f} ms, taped step + backward "
+                      f"{costs.step_taped_ms:.3f} ms") + "\n")
+        out.append("| strategy | grad max rel err | metered peak MiB | loop share MiB | "
+                   "budget MiB | peak / store-all | time s | time / store-all | plain steps | "
+                   "bound s | time / bound |")
+        out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in mine:
+            budget = _mib(r.memory_budget)
+            if r.status != "ok":
+                out.append(f"| {r.strategy} | {_f(r.max_rel_err, '.1e')} | | | {budget} | "
+                           f"**{r.status}** | | | | | |")
+                continue
+            out.append(
+                f"| {r.strategy} | {_f(r.max_rel_err, '.1e')} | {_mib(r.metered_peak)} "
+                f"| {_mib(r.loop_bytes)} | {budget} | {_f(r.peak_rel, '.3f')} "
+                f"| {_f(r.time_s, '.3f')} | {_f(r.rel_time, '.2f')}× "
+                f"| {_f(r.plain_steps, 'd')} | {_f(r.bound_s, '.3f')} "
+                f"| {_f(r.time_over_bound, '.2f')} |")
+    return "\n".join(out) + "\n"
+
+
+def targets(rows: list[Row]) -> list[tuple[str, str, bool | None, str]]:
+    """(target, cell, passed, numbers) for (a)–(d); passed None: could not be measured."""
+    res = []
+    for cell in cells_of(rows):
+        mine = [r for r in rows if r.cell == cell]
+        ok = [r for r in mine if r.status == "ok"]
+        ref = mine[0]
+        peers = [r for r in ok if r.kind not in ("store-all", "bincheck")]
+        for peer in peers:
+            ours = next((r for r in mine if r.kind == "bincheck" and r.budget_of == peer.label),
+                        None)
+            if ours is None or ours.status != "ok":
+                why = "not run" if ours is None else ours.status
+                res.append(("a", cell, False, f"at {peer.label}'s loop share "
+                            f"{_mib(peer.loop_bytes)} MiB: {why}"))
+                continue
+            res.append(("a", cell, ours.time_s <= peer.time_s,
+                        f"{peer.label}: {peer.time_s:.3f} s; bincheck at its "
+                        f"{_mib(ours.memory_budget)} MiB: {ours.time_s:.3f} s "
+                        f"({ours.time_s / peer.time_s:.2f}×)"))
+        for r in ok:
+            if r.kind == "bincheck" and r.time_over_bound is not None:
+                res.append(("b", cell, r.time_over_bound <= 1.05,
+                            f"{r.label}: {r.time_s:.3f} s / bound {r.bound_s:.3f} s = "
+                            f"{r.time_over_bound:.2f}"))
+        lowest_peer = min((p.loop_bytes for p in peers), default=None)
+        for r in mine:
+            if r.kind != "bincheck" or r.budget_of is None or not r.budget_of.endswith("%"):
+                continue
+            below = lowest_peer is not None and r.memory_budget < lowest_peer
+            if r.status != "ok":
+                res.append(("c", cell, False, f"{r.label} ({_mib(r.memory_budget)} MiB): "
+                            f"{r.status}"))
+                continue
+            res.append(("c", cell, r.loop_bytes <= r.memory_budget,
+                        f"{r.label}: loop share {_mib(r.loop_bytes)} MiB, budget "
+                        f"{_mib(r.memory_budget)} MiB ({r.loop_bytes / r.memory_budget:.2f}× "
+                        f"the budget); the budget is {'below' if below else 'NOT below'} the "
+                        f"lowest peer's loop share ({_mib(lowest_peer)} MiB); time "
+                        f"{r.time_s:.3f} s = {r.rel_time:.2f}× store-all"))
+        for r in ok:
+            if r.kind == "bincheck" and r.num_ckpts == 50:
+                saved = 1 - r.metered_peak / ref.metered_peak
+                res.append(("d", cell, saved >= 0.95,
+                            f"s=50 saves {100 * saved:.1f} % of store-all's metered peak "
+                            f"({_mib(r.metered_peak)} of {_mib(ref.metered_peak)} MiB)"))
+    return res
+
+
+TARGET_TEXT = {
+    "a": "(a) at each peer's measured peak, bincheck's memory= run is no slower than the peer",
+    "b": "(b) every bincheck run ≤ 1.05× its bound",
+    "c": "(c) at 5 % / 2 % of store-all's peak the metered loop share stays within the budget "
+         "(the numbers say whether that budget is below every peer's)",
+    "d": "(d) num_ckpts=50 saves ≥ 95 % of store-all's peak",
+}
+
+
+def targets_md(rows: list[Row]) -> str:
+    out = ["| target | cell | result | numbers |", "|---|---|---|---|"]
+    for key, cell, passed, text in targets(rows):
+        mark = {True: "pass", False: "**miss**", None: "–"}[passed]
+        out.append(f"| {key} | {cell} | {mark} | {text} |")
+    return "\n".join(out) + "\n"
+
+
+def meta_md(meta: dict) -> str:
+    commit = meta.get("bincheck_commit")
+    return (f"Run {meta['date']} ({meta['mode']}), torch {meta['torch']}, "
+            + (f"bincheck at {commit}, " if commit else "") +
+            f"{meta['threads']} thread(s), load average at start {meta['load_start']}, "
+            f"at end {meta['load_end']}; {meta['seconds']:.0f} s.\n")
+
+
+def markdown(meta: dict, rows: list[Row]) -> str:
+    text = meta_md(meta) + table(rows) + "\n**Targets**\n\n" + targets_md(rows)
+    return text + "\n" + "\n".join(f"- {v}" for v in TARGET_TEXT.values()) + "\n"
