@@ -241,3 +241,34 @@ def test_threads_share_one_module():
         want = torch.autograd.grad(plain_loop(step, cell, h0, xs, T).pow(2).sum(),
                                    list(cell.parameters()))
         assert_close(results[k], want)
+
+
+def test_in_place_write_in_a_segment_taped_by_the_forward_is_refused():
+    """seq_len=1 (or a budget that tapes everything): no plain step sees the write, the taped
+    segment's check must (found by review: a retained backward then gave a wrong gradient)."""
+    W = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    h0 = torch.randn(2, 3, dtype=torch.float64)
+    keep = h0.clone()
+
+    def bad(p, h, x):
+        h.mul_(2.0)
+        return torch.tanh(h @ p)
+    for loop in (bt.binomial_checkpoint(bad, 1, 1), bt.binomial_checkpoint(bad, 5, memory="1GB")):
+        with pytest.raises(RuntimeError, match="in place (at step|in one of steps)"):
+            loop(W, h0, None)
+    torch.testing.assert_close(h0, keep, rtol=0, atol=0)
+
+
+def test_create_graph_with_a_float_in_params():
+    W = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    h0 = torch.randn(2, 3, dtype=torch.float64)
+    fn = lambda p, h, x: torch.tanh(h @ p["W"] * p["s"])             # noqa: E731
+    v = torch.randn_like(W)
+
+    def hvp(run):
+        g = torch.autograd.grad(run(W).pow(2).sum(), W, create_graph=True)[0]
+        return torch.autograd.grad((g * v).sum(), W)[0]
+    loop = bt.binomial_checkpoint(fn, 4, 2)
+    with pytest.warns(RuntimeWarning, match="create_graph"):
+        got = hvp(lambda W: loop({"W": W, "s": 0.5}, h0, None))
+    assert_close([got], [hvp(lambda W: plain_loop(fn, {"W": W, "s": 0.5}, h0, None, 4))])

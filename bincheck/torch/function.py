@@ -164,6 +164,8 @@ class Call:
                       RuntimeWarning, stacklevel=3)
         args = self.args
         p, s, x = args.split(saved)
+        # non-tensor leaves (a float in params) are not saved tensors: take them as given
+        p = [v if isinstance(given, torch.Tensor) else given for v, given in zip(p, args.p)]
         wanted = [v for v, need in zip(saved, self.needs) if need]
         with self.ambient.reentered(), torch.enable_grad():
             if self.rng0 is not None:

@@ -141,9 +141,11 @@ class Steps:
             ys.add(t, args.call_with(None, self.output_fn, out, x))
         return out
 
-    def in_place_error(self, t: int) -> RuntimeError:
+    def in_place_error(self, t: int, stop: int | None = None) -> RuntimeError:
+        where = f"at step {t}" if stop is None or stop == t + 1 else \
+            f"in one of steps {t}..{stop - 1} (taped together)"
         return RuntimeError(
-            f"{self.label} wrote into its state or input in place at step {t}. bincheck keeps "
+            f"{self.label} wrote into its state or input in place {where}. bincheck keeps "
             f"states by reference (snapshots), and the caller's tensors must stay intact: update "
             f"out of place (h = h + ... instead of h += ..., torch.cat or torch.where instead of "
             f"h[i] = ...)")
@@ -204,10 +206,14 @@ class Steps:
                     states.append(st)
             return st
 
+        # ins share their version counters with leaves (detach): a write through either shows
+        track = self.track
+        versions = [v._version for v in leaves] if track else None
         with torch.enable_grad():
             out = self.args.call_with(self.aliases, body, self.args.state(ins))
-        if [v._version for v in leaves] != [v._version for v in ins]:      # pragma: no cover
-            raise self.in_place_error(start)
+        if track and ([v._version for v in leaves] != versions or
+                      [v._version for v in self.args.x] != self.x_versions):
+            raise self.in_place_error(start, stop)
         self.stats.tape_seconds += time.perf_counter() - t0
         self.stats.taped_steps += stop - start
         outs = [out] if self.args.s_def is LEAF else flatten(out)[0]
