@@ -79,7 +79,8 @@ def library_version() -> str:
 
 def write_all(out: str, name: str, meta: dict, rows) -> str:
     from .plot import plot_png
-    from .report import csv_bytes, json_bytes, markdown, write_atomic
+    from ..rnn.report import write_atomic
+    from .report import csv_bytes, json_bytes, markdown
     write_atomic(os.path.join(out, f"{name}.json"), json_bytes(meta, rows))
     write_atomic(os.path.join(out, f"{name}.csv"), csv_bytes(rows))
     text = markdown(meta, rows)

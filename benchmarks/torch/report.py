@@ -5,30 +5,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from dataclasses import fields
 
 from .harness import Row
 
 MiB = 2**20
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Write a temporary file in the same folder, then rename: never a half-written file."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def json_bytes(meta: dict, rows: list[Row]) -> bytes:
