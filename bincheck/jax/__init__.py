@@ -1,0 +1,18 @@
+"""The JAX front end: the only package of bincheck that imports jax.
+
+One concept per module, the same roles as :mod:`bincheck.torch` (imports flow one way:
+``loops``/``while_loop`` -> ``sweep``/``revolve`` -> ``boundary``; ``tables`` and ``sizes``
+beside them):
+
+* :mod:`.boundary`   pytrees <-> flat leaves, shape checks at trace time, closures hoisted
+* :mod:`.tables`     a plan compiled into int32 tables (numpy; the planner is the only source)
+* :mod:`.sweep`      the ``custom_vjp`` primitive replaying the tables under ``jit``
+* :mod:`.sizes`      state and working-set bytes from shapes, for ``memory=``
+* :mod:`.loops`      :func:`binomial_checkpoint` and the ``lax.scan`` drop-in :func:`scan`
+* :mod:`.revolve`    Revolve in the traced program, for segments whose length is known at run time
+* :mod:`.while_loop` :func:`while_loop` (the ``lax.while_loop`` drop-in), online planner tables
+"""
+
+from .loops import CheckpointedLoop, binomial_checkpoint, scan
+
+__all__ = ["binomial_checkpoint", "scan", "CheckpointedLoop"]

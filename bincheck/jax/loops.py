@@ -1,0 +1,163 @@
+"""The JAX front end's loops: :func:`binomial_checkpoint` and the ``lax.scan`` drop-in :func:`scan`.
+
+A loop object is configuration only (frozen once built). Every call is traced: the plan is made
+and compiled into tables in Python at trace time (cached per plan), and the traced program that
+replays them has a size independent of ``seq_len``. There is no per-call ``stats`` attribute (a
+jitted call has no Python state); the counts are static and come from ``loop.plan``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..runtime.front import Configured
+from ..schedule.binomial import Plan
+from ..schedule.budget import BudgetPlan, MemoryBudget, Sizes, parse_bytes
+from ..schedule.validate import (check_callable, check_int, check_positive_int,
+                                 exactly_one_budget)
+from .boundary import Flat
+from .sizes import measure
+from .sweep import build
+from .tables import Tables, compile_plan
+
+
+class _Pair:
+    """``f(carry, x) -> (carry, y)`` of :func:`scan`, which computes the output with the step."""
+
+    def __init__(self, f: Callable) -> None:
+        self.f = f
+        self.__name__ = getattr(f, "__name__", "f")
+
+    def __call__(self, params: Any, state: Any, x: Any) -> Any:
+        return self.f(state, x)[0]
+
+
+class CheckpointedLoop(Configured):
+    """``loop(params, init_state, inputs)``: see :func:`binomial_checkpoint`."""
+
+    _published = ("last_plan",)
+
+    def __init__(self, fn: Callable, schedule: Any, output_fn: Callable | None = None) -> None:
+        check_callable("fn", fn, "fn(params, state, x) -> new_state")
+        if output_fn is not None:
+            check_callable("output_fn", output_fn, "output_fn(params, new_state, x) -> y")
+        self.fn, self.schedule, self.seq_len = fn, schedule, schedule.seq_len
+        self.output_fn = output_fn
+        self.last_plan = None
+        self._tables: dict = {}
+        self._sizes: dict = {}
+        self._lock = threading.Lock()
+        self._freeze()
+
+    def __repr__(self) -> str:
+        name = getattr(self.fn, "__name__", repr(self.fn))
+        return f"bincheck.jax.CheckpointedLoop({name}, {self.schedule!r})"
+
+    @property
+    def plan(self) -> Any:
+        """The schedule: fixed, or with a memory budget the plan of the last trace (or preview)."""
+        return self.last_plan if isinstance(self.schedule, MemoryBudget) else self.schedule
+
+    def __call__(self, params: Any, init_state: Any, inputs: Any = None) -> Any:
+        flat = Flat(self.whole, params, init_state, inputs, self.seq_len)
+        plan = self.plan_for(flat)
+        tables = self.tables_for(plan)
+        loop = build(flat, tables)
+        new, ys = loop(flat.p, flat.h, flat.x, tuple(jnp.asarray(a) for a in tables.arrays()))
+        state = jax.tree.unflatten(flat.h_def, new)
+        if self.output_fn is None and not isinstance(self.fn, _Pair):
+            return state
+        return state, jax.tree.unflatten(flat.y_def, ys)
+
+    def whole(self, params: Any, state: Any, x: Any) -> tuple[Any, Any]:
+        """One step and its output: ``(new_state, y or None)``."""
+        if isinstance(self.fn, _Pair):
+            return self.fn.f(state, x)
+        new = self.fn(params, state, x)
+        return new, (self.output_fn(params, new, x) if self.output_fn is not None else None)
+
+    def plan_for(self, flat: Flat) -> Any:
+        if not isinstance(self.schedule, MemoryBudget):
+            return self.schedule
+        key = flat.signature()
+        sizes = self._sizes.get(key)
+        if sizes is None:
+            sizes = measure(flat)
+            with self._lock:
+                sizes = self._sizes.setdefault(key, sizes)
+        plan = BudgetPlan(self.seq_len, self.schedule.memory, sizes)
+        if not isinstance(plan.schedule, Plan):       # pragma: no cover - sizes carry no tape
+            raise AssertionError("bincheck.jax plans states only")
+        self.last_plan = plan
+        return plan
+
+    def tables_for(self, plan: Any) -> Tables:
+        key = (self.seq_len, plan.schedule.num_ckpts if isinstance(plan, BudgetPlan)
+               else plan.num_ckpts)
+        tables = self._tables.get(key)
+        if tables is None:
+            tables = compile_plan(Plan(*key), self.seq_len)
+            with self._lock:
+                tables = self._tables.setdefault(key, tables)
+        return tables
+
+    def preview(self, params: Any, init_state: Any, inputs: Any = None) -> BudgetPlan:
+        """Sizes from shapes (``jax.eval_shape`` and one compiled step's ``memory_analysis``;
+        nothing runs) and the plan a gradient would use, with its predicted peak bytes."""
+        flat = Flat(self.whole, params, init_state, inputs, self.seq_len)
+        if isinstance(self.schedule, MemoryBudget):
+            return self.plan_for(flat)
+        sizes = measure(flat)
+        held = min(self.schedule.num_ckpts, self.seq_len)
+        return BudgetPlan(self.seq_len, sizes.work_bytes + held * sizes.state_bytes, sizes)
+
+
+def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None, *,
+                        memory: int | str | None = None,
+                        output_fn: Callable | None = None) -> CheckpointedLoop:
+    """Make ``fn(params, state, x) -> new_state`` a loop over ``seq_len`` steps whose reverse
+    mode replays the optimal binomial (Revolve) schedule, for ``jit``, ``grad``, ``vjp``, ``vmap``.
+
+    ``num_ckpts`` counts the states held at once, the initial one included; ``memory`` (int bytes
+    or a string such as ``"200MB"``) plans as many as fit beside one step's working set, from
+    shapes alone. ``params``, ``state`` and ``inputs`` are pytrees; every ``inputs`` leaf has the
+    leading length ``seq_len`` (``inputs=None``: each step gets ``x=None``). With ``output_fn``,
+    ``output_fn(params, new_state, x) -> y`` is evaluated at every step and the loop returns
+    ``(final_state, ys)`` with the ``y``s stacked along a new leading axis.
+    """
+    exactly_one_budget(num_ckpts, memory)
+    seq_len = check_positive_int("seq_len", seq_len)
+    if memory is not None:
+        schedule: Any = MemoryBudget(seq_len, parse_bytes(memory))
+    else:
+        schedule = Plan(seq_len, num_ckpts)
+    return CheckpointedLoop(fn, schedule, output_fn)
+
+
+def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, *,
+         num_ckpts: int | None = None, memory: int | str | None = None,
+         reverse: bool = False, unroll: int = 1) -> tuple[Any, Any]:
+    """A drop-in for ``jax.lax.scan(f, init, xs, length)`` whose reverse mode is checkpointed:
+    ``f(carry, x) -> (carry, y)``; returns ``(carry, ys)``. Give ``num_ckpts`` or ``memory`` as
+    in :func:`binomial_checkpoint`. Arrays ``f`` closes over are differentiated as usual.
+    ``unroll`` is accepted for compatibility and ignored."""
+    check_callable("f", f, "f(carry, x) -> (carry, y)")
+    leaves = jax.tree.leaves(xs)
+    if length is None:
+        if not leaves:
+            raise ValueError("scan needs xs with a leading axis or length=...")
+        length = int(np.shape(leaves[0])[0])
+    length = check_int("length", length, 1, " (bincheck.jax.scan needs at least one step)")
+    if reverse:
+        xs = jax.tree.map(lambda v: jnp.flip(v, 0), xs)
+
+    loop = binomial_checkpoint(_Pair(f), length, num_ckpts, memory=memory)
+    carry, ys = loop(None, init, xs)
+    if reverse:
+        ys = jax.tree.map(lambda v: jnp.flip(v, 0), ys)
+    return carry, ys

@@ -1,0 +1,139 @@
+"""The checkpointed loop as one ``jax.custom_vjp`` primitive replaying compiled tables.
+
+* Primal (no derivative wanted): a plain ``lax.scan``; nothing is stored.
+* Forward (``fwd``): a ``lax.scan`` over the first ``seq_len - 1`` steps that writes the state
+  before step ``t`` into slot ``store_slot[t]`` of a preallocated ``(slots + 1, *leaf)`` buffer per
+  state leaf (the extra slot takes the writes of steps that store nothing, so the body has no
+  branch), then the last step under ``jax.vjp``: the forward tapes it, as in every bincheck front
+  end, so no plain step is wasted.
+* Backward (``bwd``): the last step's pullback, then one ``lax.scan`` over the remaining steps in
+  reverse order (``reverse=True``, so input cotangents are written in place). Reversing step ``j``
+  restores slot ``restore_slot[j]``, advances with plain steps to ``j`` storing the snapshots its
+  compressed row lists, and pulls the cotangent back through one taped step. Parameter
+  cotangents accumulate in the carry.
+
+The step is traced a fixed number of times whatever the length (the forward scan, the taped last
+step, the advance and the taped step of the backward), and the tables are array operands, so the
+program's size does not grow with ``seq_len``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.custom_derivatives import SymbolicZero
+
+from .boundary import Flat, _pick, _put
+from .tables import Tables
+
+
+def _zeros_like_diff(values: list, mask: list) -> list:
+    return [jnp.zeros_like(v) for v, m in zip(values, mask) if m]
+
+
+def _write(buf: list, slot: Any, h: list) -> list:
+    return [lax.dynamic_update_index_in_dim(b, v, slot, 0) for b, v in zip(buf, h)]
+
+
+def _read(buf: list, slot: Any) -> list:
+    return [lax.dynamic_index_in_dim(b, slot, keepdims=False) for b in buf]
+
+
+def _instantiate(cts: list, mask: list) -> list:
+    """The cotangents of the differentiable outputs, symbolic zeros made real."""
+    return [jnp.zeros(c.shape, c.dtype) if isinstance(c, SymbolicZero) else c
+            for c, m in zip(cts, mask) if m]
+
+
+def x_at(xs: list, t: Any) -> list:
+    return [lax.dynamic_index_in_dim(v, t, keepdims=False) for v in xs]
+
+
+def build(flat: Flat, tables: Tables) -> Any:
+    """The custom_vjp function ``loop(P, h0, xs, tabs) -> (h_T, ys)`` on flat leaf lists."""
+    T, S = tables.seq_len, tables.slots
+
+    def advance(P: list, xs: list, h: list, start: Any, stop: Any) -> list:
+        return lax.fori_loop(start, stop, lambda t, h: flat.state(P, h, x_at(xs, t)), h)
+
+    def scan_plain(P: list, h: list, xs: list) -> tuple[list, list]:
+        def body(h: list, x: list) -> tuple[list, list]:
+            return flat.full(P, h, x)
+        return lax.scan(body, h, xs, length=T)
+
+    @jax.custom_vjp
+    def loop(P: list, h0: list, xs: list, tabs: tuple) -> tuple[list, list]:
+        return scan_plain(P, h0, xs)
+
+    wanted: dict = {}
+
+    def fwd(P: list, h0: list, xs: list, tabs: tuple) -> tuple:
+        # symbolic_zeros: each argument comes as (value, perturbed); an input nobody
+        # differentiates gets no cotangent computed, nor a buffer for it.
+        wanted["p"] = [a.perturbed and m for a, m in zip(P, flat.p_diff)]
+        wanted["x"] = [a.perturbed and m for a, m in zip(xs, flat.x_diff)]
+        P, h0, xs = ([a.value for a in arg] for arg in (P, h0, xs))
+        tabs = tuple(a.value for a in tabs)
+        store_slot = tabs[0]
+        buf = [jnp.zeros((S + 1,) + v.shape, v.dtype) for v in h0]
+        # ys and the input cotangents live in (T, ...) buffers written in place: slicing or
+        # concatenating them would copy T steps' worth of bytes.
+        ys = [jnp.zeros((T,) + y.shape, y.dtype) for y in flat.y_shapes]
+        h = h0
+        if T > 1:
+            def body(t: Any, carry: tuple) -> tuple:
+                h, buf, ys = carry
+                slot = store_slot[t]
+                buf = _write(buf, jnp.where(slot >= 0, slot, S), h)
+                new, y = flat.full(P, h, x_at(xs, t))
+                return new, buf, _write(ys, t, y)
+            h, buf, ys = lax.fori_loop(0, T - 1, body, (h0, buf, ys))
+        x_last = [v[T - 1] for v in xs]
+        (new_d, y_d), pullback = flat.taped(P, h, x_last)
+        new, y = flat.outputs_of(P, h, x_last, new_d, y_d)
+        ys = _write(ys, T - 1, y)
+        return (new, ys), (P, xs, buf, pullback, tabs)
+
+    def bwd(res: tuple, g: tuple) -> tuple:
+        P, xs, buf, pullback, tabs = res
+        g_h, g_ys = (_instantiate(c, m) for c, m in zip(g, (flat.h_diff, flat.y_diff)))
+        gP, gh, gx_last = pullback((g_h, [c[T - 1] for c in g_ys]))
+        p_want, x_want = _pick(wanted["p"], flat.p_diff), _pick(wanted["x"], flat.x_diff)
+        gP = [v if w else None for v, w in zip(gP, p_want)]
+        gx_last = [v if w else None for v, w in zip(gx_last, x_want)]
+        gx = [jnp.zeros(v.shape, v.dtype) for v, w in zip(_pick(xs, flat.x_diff), x_want)
+              if w]
+        gx = _write(gx, T - 1, [v for v in gx_last if v is not None])
+        if T > 1:
+            _, restore_slot, restore_index, snap_ptr, snap_pos, snap_slot = tabs
+
+            def body(k: Any, carry: tuple) -> tuple:
+                buf, gh, gP, gx = carry
+                j = T - 2 - k
+                h = _read(buf, restore_slot[j])
+
+                def snap(q: Any, c: tuple) -> tuple:
+                    pos, h, buf = c
+                    target = snap_pos[q]
+                    h = advance(P, xs, h, pos, target)
+                    return target, h, _write(buf, snap_slot[q], h)
+                pos, h, buf = lax.fori_loop(snap_ptr[j], snap_ptr[j + 1], snap,
+                                            (restore_index[j], h, buf))
+                h = advance(P, xs, h, pos, j)
+                _, pb = flat.taped(P, h, x_at(xs, j))
+                dP, gh, dx = pb((gh, x_at(g_ys, j)))
+                gP = [a if a is None else a + b for a, b in zip(gP, dP)]
+                gx = _write(gx, j, [v for v, w in zip(dx, x_want) if w])
+                return buf, gh, gP, gx
+            _, gh, gP, gx = lax.fori_loop(0, T - 1, body, (buf, gh, gP, gx))
+        it = iter(gx)
+        gx = [next(it) if w else None for w in x_want]
+        none_p = [None] * len(P)
+        return (_put(none_p, flat.p_diff, gP), _put([None] * len(flat.h), flat.h_diff, gh),
+                _put([None] * len(flat.x), flat.x_diff, gx), None)
+
+    loop.defvjp(fwd, bwd, symbolic_zeros=True)
+    return loop

@@ -1,0 +1,156 @@
+"""A plan compiled into integer tables that a traced program replays (no jax here: numpy only).
+
+Under ``jit`` the schedule cannot be interpreted action by action at run time, and unrolling it at
+trace time would trace the step once per action (compile time growing with the length, the
+failure mode of earlier JAX attempts). Instead the planner's own action stream is walked once in
+Python, through the schedule layer's :class:`~bincheck.schedule.simulate.Tracker` (so an invalid
+stream fails here, loudly), and recorded as a few int32 arrays that a fixed-size program indexes:
+
+* ``store_slot[t]`` (``t < seq_len - 1``): the slot the first sweep writes the state before step
+  ``t`` into, or ``-1``;
+* for the reverse of step ``j`` (``j < seq_len - 1``; the last step is taped by the forward):
+  ``restore_slot[j]`` / ``restore_index[j]``, the stored state the recomputation starts from, and
+  the snapshots taken while advancing to ``j``: ``snap_pos[q]`` / ``snap_slot[q]`` for ``q`` in
+  ``snap_ptr[j] : snap_ptr[j+1]`` (compressed rows).
+
+Slots are ids handed out from a free list as the stream snapshots and frees states, so the traced
+program needs exactly ``slots`` state buffers. Only states-only plans (every ``Reverse`` one
+step) compile; a plan with kept taped segments is refused.
+
+:func:`online_table` does the same for the while loop's online planner: which slot (if any) the
+forward writes the state before each step into, for every step count up to ``max_steps``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from ..schedule.actions import Advance, Free, Restore, Reverse, Snapshot
+from ..schedule.online import OnlinePlanner
+from ..schedule.simulate import Tracker
+
+
+@dataclass(frozen=True)
+class Tables:
+    """An offline plan as arrays (see the module docstring); ``plain_steps`` counts the plan's
+    plain evaluations as compiled, so a test can hold it against the planner's."""
+
+    seq_len: int
+    slots: int
+    store_slot: np.ndarray
+    restore_slot: np.ndarray
+    restore_index: np.ndarray
+    snap_ptr: np.ndarray
+    snap_pos: np.ndarray
+    snap_slot: np.ndarray
+    plain_steps: int
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return (self.store_slot, self.restore_slot, self.restore_index, self.snap_ptr,
+                self.snap_pos, self.snap_slot)
+
+
+class _Slots:
+    """Slot ids for stored state indices, recycled through a free list."""
+
+    def __init__(self) -> None:
+        self.of: dict[int, int] = {}
+        self.free: list[int] = []
+        self.count = 0
+
+    def put(self, index: int) -> int:
+        slot = self.free.pop() if self.free else self.count
+        self.count = max(self.count, slot + 1)
+        self.of[index] = slot
+        return slot
+
+    def pop(self, index: int) -> None:
+        self.free.append(self.of.pop(index))
+
+
+def compile_plan(actions: Iterable[Any], seq_len: int) -> Tables:
+    """Walk a states-only plan's actions (validated) into :class:`Tables`."""
+    n = seq_len
+    tracker, slots = Tracker(n), _Slots()
+    store_slot = np.full(max(n - 1, 0), -1, np.int32)
+    restore_slot = np.zeros(max(n - 1, 0), np.int32)
+    restore_index = np.zeros(max(n - 1, 0), np.int32)
+    snap_ptr = np.zeros(max(n - 1, 0) + 1, np.int32)
+    rows: dict[int, list[tuple[int, int]]] = {}
+    pending: list[tuple[int, int]] = []
+    first_sweep, live_from, plain = True, 0, 0
+    for action in actions:
+        tracker.apply(action)
+        kind = type(action)
+        if kind is Snapshot:
+            if action.storage != "ram":
+                raise ValueError("bincheck.jax keeps states in device memory only (no disk tier)")
+            slot = slots.put(action.index)
+            if first_sweep:
+                if action.index < n - 1:    # the state before the last step is taped anyway
+                    store_slot[action.index] = slot
+            else:
+                pending.append((action.index, slot))
+        elif kind is Free:
+            slots.pop(action.index)
+        elif kind is Restore:
+            live_from = action.index
+            live_slot = slots.of[action.index]
+            pending = []
+        elif kind is Advance:
+            plain += action.stop - action.start
+        elif kind is Reverse:
+            if action.stop - action.start != 1:
+                raise ValueError(f"bincheck.jax replays states-only plans; this plan tapes "
+                                 f"{action.stop - action.start} steps at once ({action})")
+            j = action.start
+            if first_sweep:
+                if j != n - 1:
+                    raise ValueError(f"the first reverse must be the last step; got {action}")
+                first_sweep = False
+                continue
+            restore_slot[j], restore_index[j] = live_slot, live_from
+            rows[j] = pending
+            pending = []
+    positions: list[int] = []
+    places: list[int] = []
+    for j in range(n - 1):
+        snap_ptr[j] = len(positions)
+        for pos, slot in rows.get(j, ()):
+            positions.append(pos)
+            places.append(slot)
+    snap_ptr[n - 1 if n >= 1 else 0] = len(positions)
+    if not positions:                   # a traced gather needs a non-empty operand
+        positions, places = [0], [0]
+    return Tables(n, max(slots.count, 1), store_slot, restore_slot, restore_index, snap_ptr,
+                  np.asarray(positions, np.int32), np.asarray(places, np.int32), plain)
+
+
+@dataclass(frozen=True)
+class OnlineTable:
+    """The online planner's forward decisions for every step count below ``max_steps``:
+    ``write_slot[n]`` is the slot the state before step ``n`` goes into once ``n + 1`` steps are
+    being taken (``-1``: not stored); slot 0 holds state 0."""
+
+    max_steps: int
+    slots: int
+    write_slot: np.ndarray
+
+
+def online_table(num_ckpts: int, max_steps: int) -> OnlineTable:
+    """Drive :class:`OnlinePlanner` through ``max_steps`` steps and record where it stores."""
+    planner = OnlinePlanner(num_ckpts)
+    slots = _Slots()
+    write = np.full(max(max_steps, 1), -1, np.int32)
+    for action in planner.start():
+        slots.put(action.index)
+    for n in range(1, max_steps):
+        for action in planner.advance(n):
+            if type(action) is Free:
+                slots.pop(action.index)
+            elif type(action) is Snapshot:
+                write[action.index] = slots.put(action.index)
+    return OnlineTable(max_steps, max(slots.count, 1), write)
