@@ -14,5 +14,6 @@ beside them):
 """
 
 from .loops import CheckpointedLoop, binomial_checkpoint, scan
+from .while_loop import while_loop
 
-__all__ = ["binomial_checkpoint", "scan", "CheckpointedLoop"]
+__all__ = ["binomial_checkpoint", "scan", "while_loop", "CheckpointedLoop"]
