@@ -177,3 +177,35 @@ def test_errors():
         bj.while_loop(cond, body, (H0, 0), max_steps=10, num_ckpts=0)
     with pytest.raises(ValueError, match="shape"):
         bj.while_loop(cond, lambda v: (v[0][:1], v[1]), (H0, 0), max_steps=10, num_ckpts=2)
+
+
+def _temp(f, *args):
+    return jax.jit(f).lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+
+def test_memory_budget_holds_under_memory_analysis():
+    """memory= plans the slots from shapes; the compiled gradient's XLA temporaries stay within
+    it, and fewer bytes give fewer states (more recomputation, smaller temporaries)."""
+    Hb, B = 64, 32
+    Wb = jnp.ones((Hb, Hb)) * 0.01
+    h0 = jnp.ones((B, Hb))
+    state = B * Hb * 8
+
+    def make(memory):
+        def loss(W, h0, limit):
+            def body(v):
+                return jnp.tanh(v[0] @ W), v[1] + 1
+            out = bj.while_loop(lambda v: v[1] < limit, body, (h0, 0), max_steps=500,
+                                memory=memory)
+            return jnp.sum(out[0] ** 2)
+        return jax.grad(loss)
+    temps = []
+    for memory in (20 * state, 60 * state, 200 * state):
+        temp = _temp(make(memory), Wb, h0, jnp.int64(400))
+        assert temp <= memory, (memory, temp)
+        temps.append(temp)
+    assert temps[0] < temps[1] < temps[2]
+    with pytest.raises(ValueError, match=r"below the least this loop needs.*bytes in all"):
+        make(2 * state)(Wb, h0, jnp.int64(3))
+    with pytest.raises(TypeError, match="exactly one"):
+        bj.while_loop(lambda v: True, lambda v: v, H0, max_steps=3, num_ckpts=2, memory="1MB")

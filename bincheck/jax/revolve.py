@@ -6,7 +6,7 @@ is simple enough to run in the program instead: the last step from the working s
 segment between the held snapshots, last first, with the binomial schedule and the slots left.
 
 This module runs that reversal with an explicit stack of frames ``(position, slots)`` whose states
-sit in the snapshot buffer at the frame's depth. Reversing step ``hi - 1``: drop the frames at or
+sit in the snapshot buffer at a slot fixed per depth. Reversing step ``hi - 1``: drop the frames at or
 past ``hi``; from the top frame ``(c, s)``, while ``hi - c > 1`` and ``s > 1``, advance to
 ``c + split(hi - c, s)`` and push it with ``s - 1``; advance to ``hi - 1``; pull back through that
 step. That is :func:`bincheck.schedule.binomial.binomial_actions`' recursion, step by step.
@@ -50,22 +50,23 @@ def split(table: Any, l: Any, s: Any) -> Any:
     return jnp.where(l == 2, 1, m)
 
 
-def reverse(step_back: Callable, advance: Callable, table: Any, buf: list, fpos: Any,
-            fslots: Any, depth: Any, hi: Any, carry: Any) -> Any:
-    """Reverse steps ``hi-1 .. 0`` from the frames ``0..depth`` (positions ascending, each frame's
-    state in ``buf[depth]``). ``advance(h, start, stop)`` runs plain steps; ``step_back(carry, h,
+def reverse(step_back: Callable, advance: Callable, table: Any, buf: list, where: Any,
+            fpos: Any, fslots: Any, depth: Any, hi: Any, carry: Any) -> Any:
+    """Reverse steps ``hi-1 .. 0`` from the frames ``0..depth`` (positions ascending, frame
+    ``d``'s state in ``buf[where[d]]``; the slots ``where[depth+1:]`` are free). ``advance(h, start, stop)`` runs plain steps; ``step_back(carry, h,
     j)`` pulls the cotangent ``carry`` back through step ``j`` taken from state ``h``."""
     def one(c: tuple) -> tuple:
         hi, depth, buf, fpos, fslots, carry = c
         depth = lax.while_loop(lambda d: (d > 0) & (fpos[d] >= hi), lambda d: d - 1, depth)
-        h = [lax.dynamic_index_in_dim(b, depth, keepdims=False) for b in buf]
+        h = [lax.dynamic_index_in_dim(b, where[depth], keepdims=False) for b in buf]
 
         def push(c: tuple) -> tuple:
             pos, slots, depth, h, buf, fpos, fslots = c
             mid = pos + split(table, hi - pos, slots)
             h = advance(h, pos, mid)
             depth = depth + 1
-            buf = [lax.dynamic_update_index_in_dim(b, v, depth, 0) for b, v in zip(buf, h)]
+            buf = [lax.dynamic_update_index_in_dim(b, v, where[depth], 0)
+                   for b, v in zip(buf, h)]
             return (mid, slots - 1, depth, h, buf, fpos.at[depth].set(mid),
                     fslots.at[depth].set(slots - 1))
         pos, _, depth, h, buf, fpos, fslots = lax.while_loop(

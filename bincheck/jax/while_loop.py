@@ -20,13 +20,16 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
+from ..schedule.budget import parse_bytes
 from ..schedule.validate import (NUM_CKPTS_RULE, check_callable, check_int,
-                                 check_positive_int)
+                                 check_positive_int, exactly_one_budget)
 from . import revolve
 from .boundary import _pick, _put, inexact
+from .sizes import nbytes
 from .tables import OnlineTable, online_table
 
 _TABLES: dict = {}
@@ -44,9 +47,12 @@ def _tables(num_ckpts: int, max_steps: int) -> tuple[OnlineTable, Any]:
 
 
 def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any, *,
-               max_steps: int, num_ckpts: int) -> Any:
+               max_steps: int, num_ckpts: int | None = None,
+               memory: int | str | None = None) -> Any:
     """``lax.while_loop(cond_fun, body_fun, init_val)``, stopping after at most ``max_steps``
-    steps, whose reverse mode holds at most ``num_ckpts`` states (the initial one included).
+    steps, whose reverse mode holds at most ``num_ckpts`` states (the initial one included), or
+    as many as fit ``memory`` bytes (int, or a string such as ``"50MB"``) beside one step's
+    working set, sized from shapes alone.
 
     ``init_val`` is a pytree; ``body_fun`` must keep its structure, shapes and dtypes. Arrays the
     functions close over are differentiated as usual. The forward does work for the steps taken,
@@ -60,7 +66,9 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any, *,
                         "by it, and the loop stops there (use jax.lax.while_loop for a loop that "
                         "is never differentiated)")
     max_steps = check_int("max_steps", max_steps, 0)
-    num_ckpts = check_positive_int("num_ckpts", num_ckpts, NUM_CKPTS_RULE)
+    exactly_one_budget(num_ckpts, memory)
+    if num_ckpts is not None:
+        num_ckpts = check_positive_int("num_ckpts", num_ckpts, NUM_CKPTS_RULE)
     leaves, tdef = jax.tree.flatten(init_val)
     leaves = [jnp.asarray(v) for v in leaves]
     shapes = jax.eval_shape(body_fun, init_val)
@@ -75,11 +83,39 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any, *,
         return init_val
     body, b_consts = jax.closure_convert(body_fun, init_val)
     cond, c_consts = jax.closure_convert(cond_fun, init_val)
+    if memory is not None:
+        num_ckpts = _slots_within(parse_bytes(memory), body, list(b_consts), leaves, tdef,
+                                  max_steps)
     table, beta = _tables(num_ckpts, max_steps)
     run = _build(body, cond, tdef, len(c_consts), leaves, max_steps, table, num_ckpts)
     out = run(list(b_consts), list(c_consts), leaves, jnp.asarray(table.write_slot),
               jnp.asarray(beta))
     return jax.tree.unflatten(tdef, out)
+
+
+def _slots_within(memory: int, body: Callable, P: list, h: list, tdef: Any,
+                  max_steps: int) -> int:
+    """How many states fit ``memory`` beside the working set: one compiled step and its
+    backward (``memory_analysis`` temporaries), the working state, the state before it, the
+    scratch slot, the state cotangent, and the parameter cotangents with one step's share."""
+    spec = lambda leaves: [jax.ShapeDtypeStruct(np.shape(v), v.dtype) for v in leaves]  # noqa
+    mask = [inexact(v) for v in h]
+
+    def one(P: list, h: list, g: list) -> Any:
+        def f(P: list, hd: list) -> list:
+            return _pick(jax.tree.leaves(body(jax.tree.unflatten(tdef, _put(h, mask, hd)), *P)),
+                         mask)
+        return jax.vjp(f, P, _pick(h, mask))[1](g)
+    compiled = jax.jit(one).lower(spec(P), spec(h), spec(_pick(h, mask))).compile()
+    state = max(nbytes(h), 1)
+    work = (int(compiled.memory_analysis().temp_size_in_bytes) + 4 * state +
+            2 * nbytes([v for v in P if inexact(v)]))
+    slots = (memory - work) // state
+    if slots < 1:
+        raise ValueError(f"memory={memory} bytes is below the least this loop needs: one stored "
+                         f"state ({state} bytes) and the working set of one taped step and its "
+                         f"backward ({work} bytes), {work + state} bytes in all")
+    return int(min(slots, max(max_steps, 1)))
 
 
 def _build(body: Callable, cond: Callable, tdef: Any, n_c: int, h_leaves: list, M: int,
@@ -146,16 +182,14 @@ def _build(body: Callable, cond: Callable, tdef: Any, n_c: int, h_leaves: list, 
 
         def reverse_all(carry: tuple) -> tuple:
             carry = step_back(carry, prev, n - 1)
-            # The held snapshots in position order become the frames 0..k.
+            # The held snapshots in position order become the frames 0..k (frame d in slot
+            # order[d]; the free slots follow, for the frames the reversal pushes): no copy.
             key = jnp.where(slot_pos[:S] >= 0, slot_pos[:S], jnp.iinfo(jnp.int32).max)
-            order = jnp.argsort(key)
-            fpos = key[order]
+            order = jnp.argsort(key).astype(jnp.int32)
             depth = jnp.sum(slot_pos[:S] >= 0).astype(jnp.int32) - 1
-            frames = [b[order] for b in buf]     # the scratch slot S is left out
             fslots = (s - jnp.arange(S, dtype=jnp.int32))
-            return revolve.reverse(lambda c, h, j: step_back(c, h, j),
-                                   lambda h, a, b: advance(P, h, a, b), beta, frames, fpos,
-                                   fslots, depth, n - 1, carry)
+            return revolve.reverse(step_back, lambda h, a, b: advance(P, h, a, b), beta, buf,
+                                   order, key[order], fslots, depth, n - 1, carry)
         gP, gh = lax.cond(n > 0, reverse_all, lambda c: c, (gP, gh))
         return (_put([None] * len(P), p_want, gP), [None] * n_c,
                 _put([None] * len(h_diff), h_diff, gh), None, None)
