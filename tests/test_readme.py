@@ -17,6 +17,8 @@ CHECKS = {
     "dparams, dh0, dxs = grad": "assert dparams[0].shape == (64, 64) and dxs.shape == xs.shape",
     "hessian_vector_product(loss_W)": "assert Hv.shape == (64, 64)",
     "checkpointed_while_loop(cond_fn": "assert run.num_steps > 100 and dy0.shape == (2,)",
+    "bj.scan(f, h0, xs": "assert dW.shape == (64, 64) and float(abs(dU).min()) > 0 and "
+                         "float(abs(dW).max()) > 0 and int(val[1]) == 50",
     'memory="4MB"': "assert loop.stats.peak_bytes <= 4 * 10**6 and g[0].shape == (128, 128)",
     # the per-step loss against the same loss written as a plain loop (every step taped)
     "output_fn=readout": "\n".join([
