@@ -6,7 +6,9 @@ beside them):
 
 * :mod:`.boundary`   pytrees <-> flat leaves, shape checks at trace time, closures hoisted
 * :mod:`.tables`     a plan compiled into int32 tables (numpy; the planner is the only source)
-* :mod:`.sweep`      the ``custom_vjp`` primitive replaying the tables under ``jit``
+* :mod:`.sweep`      the checkpointed sweeps replaying the tables under ``jit`` (and a
+                     ``custom_vjp`` of them)
+* :mod:`.forward`    the loop as one hijax primitive: the sweeps plus a tangent loop (forward mode)
 * :mod:`.sizes`      state and working-set bytes from shapes, for ``memory=``
 * :mod:`.loops`      :func:`binomial_checkpoint` and the ``lax.scan`` drop-in :func:`scan`
 * :mod:`.revolve`    Revolve in the traced program, for segments whose length is known at run time

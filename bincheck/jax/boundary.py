@@ -101,27 +101,25 @@ class Flat:
         """The new state only: ``output_fn``'s result is dead code there, which XLA removes."""
         return self._call(P, h, x)[0]
 
-    def taped(self, P: list, h: list, x: list) -> tuple[tuple[list, list], Callable]:
+    def taped(self, P: list, h: list, x: list,
+              whole: bool = False) -> tuple[tuple[list, list], Callable]:
         """One step under ``jax.vjp`` over the differentiable leaves: its outputs and a pullback
-        ``(gh, gy) -> (gP, gh, gx)`` on differentiable leaves only."""
+        ``(gh, gy) -> (gP, gh, gx)`` on differentiable leaves only. The outputs are the
+        differentiable leaves, or with ``whole`` all of them (integer leaves too, from the same
+        evaluation: completing them with a second call would evaluate the step once more)."""
         pd, hd, xd = (_pick(v, m) for v, m in ((P, self.p_diff), (h, self.h_diff),
                                                 (x, self.x_diff)))
 
-        def f(pd: list, hd: list, xd: list) -> tuple[list, list]:
+        def f(pd: list, hd: list, xd: list) -> tuple[tuple[list, list], tuple[list, list]]:
             new, y = self.full(_put(P, self.p_diff, pd), _put(h, self.h_diff, hd),
                                _put(x, self.x_diff, xd))
-            return _pick(new, self.h_diff), _pick(y, self.y_diff)
+            return (_pick(new, self.h_diff), _pick(y, self.y_diff)), (new, y)
 
-        (new_d, y_d), vjp = jax.vjp(f, pd, hd, xd)
+        (new_d, y_d), vjp, (new, y) = jax.vjp(f, pd, hd, xd, has_aux=True)
+        if whole:
+            # the differentiable leaves from the primal outputs, the others from the aux ones
+            return (_put(new, self.h_diff, new_d), _put(y, self.y_diff, y_d)), vjp
         return (new_d, y_d), vjp
-
-    def outputs_of(self, P: list, h: list, x: list, new_d: list, y_d: list) -> tuple[list, list]:
-        """Complete a taped step's differentiable outputs with its integer ones."""
-        if all(self.h_diff) and all(self.y_diff):
-            return new_d, y_d
-        new, y = self.full(P, h, x)
-        return _put(new, self.h_diff, new_d), _put(y, self.y_diff, y_d)
-
 
 
 def _pick(values: list, mask: list) -> list:

@@ -22,7 +22,7 @@ from ..schedule.validate import (check_callable, check_int, check_positive_int,
                                  exactly_one_budget)
 from .boundary import Flat
 from .sizes import measure
-from .sweep import build
+from .forward import checkpointed as build
 from .tables import Tables, compile_plan
 
 

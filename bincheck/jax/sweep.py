@@ -52,21 +52,97 @@ def x_at(xs: list, t: Any) -> list:
     return [lax.dynamic_index_in_dim(v, t, keepdims=False) for v in xs]
 
 
+def scan_plain(flat: Flat, T: int, P: list, h: list, xs: list) -> tuple[list, list]:
+    """The loop without derivatives: a plain ``lax.scan``; nothing is stored."""
+    def body(h: list, x: list) -> tuple[list, list]:
+        return flat.full(P, h, x)
+    return lax.scan(body, h, xs, length=T)
+
+
+def _advance(flat: Flat, P: list, xs: list, h: list, start: Any, stop: Any) -> list:
+    return lax.fori_loop(start, stop, lambda t, h: flat.state(P, h, x_at(xs, t)), h)
+
+
+def forward_sweep(flat: Flat, tables: Tables, P: list, h0: list, xs: list,
+                  tabs: tuple) -> tuple:
+    """The first sweep: ``((h_T, ys), residuals)``. Stores the states the tables name and tapes
+    the last step; the residuals are what :func:`reverse_sweep` takes."""
+    T, S = tables.seq_len, tables.slots
+    tabs = tuple(jnp.asarray(a) for a in tabs)
+    store_slot = tabs[0]
+    buf = [jnp.zeros((S + 1,) + v.shape, v.dtype) for v in h0]
+    # ys and the input cotangents live in (T, ...) buffers written in place: slicing or
+    # concatenating them would copy T steps' worth of bytes.
+    ys = [jnp.zeros((T,) + y.shape, y.dtype) for y in flat.y_shapes]
+    h = h0
+    if T > 1:
+        def body(t: Any, carry: tuple) -> tuple:
+            h, buf, ys = carry
+            slot = store_slot[t]
+            buf = _write(buf, jnp.where(slot >= 0, slot, S), h)
+            new, y = flat.full(P, h, x_at(xs, t))
+            return new, buf, _write(ys, t, y)
+        h, buf, ys = lax.fori_loop(0, T - 1, body, (h0, buf, ys))
+    x_last = [v[T - 1] for v in xs]
+    (new, y), pullback = flat.taped(P, h, x_last, whole=True)
+    ys = _write(ys, T - 1, y)
+    return (new, ys), (P, xs, buf, pullback, tabs)
+
+
+def reverse_sweep(flat: Flat, tables: Tables, res: tuple, g_h: list, g_ys: list,
+                  p_wanted: list, x_wanted: list) -> tuple[list, list, list]:
+    """The reverse sweep from :func:`forward_sweep`'s residuals. ``g_h`` / ``g_ys``: the
+    cotangents of the differentiable outputs (arrays); ``p_wanted`` / ``x_wanted``: per leaf of
+    ``P`` / ``xs``, whether its cotangent is wanted (differentiable and perturbed). Returns the
+    cotangents ``(gP, gh, gx)`` as full leaf lists, ``None`` where there is none."""
+    T = tables.seq_len
+    P, xs, buf, pullback, tabs = res
+    # Nested in another loop's taped step, constant residuals come back as numpy literals,
+    # which a traced index cannot subscript: make them arrays again.
+    tabs = tuple(jnp.asarray(a) for a in tabs)
+    gP, gh, gx_last = pullback((g_h, [c[T - 1] for c in g_ys]))
+    p_want, x_want = _pick(p_wanted, flat.p_diff), _pick(x_wanted, flat.x_diff)
+    gP = [v if w else None for v, w in zip(gP, p_want)]
+    gx_last = [v if w else None for v, w in zip(gx_last, x_want)]
+    gx = [jnp.zeros(v.shape, v.dtype) for v, w in zip(_pick(xs, flat.x_diff), x_want)
+          if w]
+    gx = _write(gx, T - 1, [v for v in gx_last if v is not None])
+    if T > 1:
+        _, restore_slot, restore_index, snap_ptr, snap_pos, snap_slot = tabs
+
+        def body(k: Any, carry: tuple) -> tuple:
+            buf, gh, gP, gx = carry
+            j = T - 2 - k
+            h = _read(buf, restore_slot[j])
+
+            def snap(q: Any, c: tuple) -> tuple:
+                pos, h, buf = c
+                target = snap_pos[q]
+                h = _advance(flat, P, xs, h, pos, target)
+                return target, h, _write(buf, snap_slot[q], h)
+            pos, h, buf = lax.fori_loop(snap_ptr[j], snap_ptr[j + 1], snap,
+                                        (restore_index[j], h, buf))
+            h = _advance(flat, P, xs, h, pos, j)
+            _, pb = flat.taped(P, h, x_at(xs, j))
+            dP, gh, dx = pb((gh, x_at(g_ys, j)))
+            gP = [a if a is None else a + b for a, b in zip(gP, dP)]
+            gx = _write(gx, j, [v for v, w in zip(dx, x_want) if w])
+            return buf, gh, gP, gx
+        _, gh, gP, gx = lax.fori_loop(0, T - 1, body, (buf, gh, gP, gx))
+    it = iter(gx)
+    gx = [next(it) if w else None for w in x_want]
+    none_p = [None] * len(P)
+    return (_put(none_p, flat.p_diff, gP), _put([None] * len(flat.h), flat.h_diff, gh),
+            _put([None] * len(flat.x), flat.x_diff, gx))
+
+
 def build(flat: Flat, tables: Tables) -> Any:
     """The custom_vjp function ``loop(P, h0, xs, tabs) -> (h_T, ys)`` on flat leaf lists."""
-    T, S = tables.seq_len, tables.slots
-
-    def advance(P: list, xs: list, h: list, start: Any, stop: Any) -> list:
-        return lax.fori_loop(start, stop, lambda t, h: flat.state(P, h, x_at(xs, t)), h)
-
-    def scan_plain(P: list, h: list, xs: list) -> tuple[list, list]:
-        def body(h: list, x: list) -> tuple[list, list]:
-            return flat.full(P, h, x)
-        return lax.scan(body, h, xs, length=T)
+    T = tables.seq_len
 
     @jax.custom_vjp
     def loop(P: list, h0: list, xs: list, tabs: tuple) -> tuple[list, list]:
-        return scan_plain(P, h0, xs)
+        return scan_plain(flat, T, P, h0, xs)
 
     wanted: dict = {}
 
@@ -76,64 +152,11 @@ def build(flat: Flat, tables: Tables) -> Any:
         wanted["p"] = [a.perturbed and m for a, m in zip(P, flat.p_diff)]
         wanted["x"] = [a.perturbed and m for a, m in zip(xs, flat.x_diff)]
         P, h0, xs = ([a.value for a in arg] for arg in (P, h0, xs))
-        tabs = tuple(a.value for a in tabs)
-        store_slot = tabs[0]
-        buf = [jnp.zeros((S + 1,) + v.shape, v.dtype) for v in h0]
-        # ys and the input cotangents live in (T, ...) buffers written in place: slicing or
-        # concatenating them would copy T steps' worth of bytes.
-        ys = [jnp.zeros((T,) + y.shape, y.dtype) for y in flat.y_shapes]
-        h = h0
-        if T > 1:
-            def body(t: Any, carry: tuple) -> tuple:
-                h, buf, ys = carry
-                slot = store_slot[t]
-                buf = _write(buf, jnp.where(slot >= 0, slot, S), h)
-                new, y = flat.full(P, h, x_at(xs, t))
-                return new, buf, _write(ys, t, y)
-            h, buf, ys = lax.fori_loop(0, T - 1, body, (h0, buf, ys))
-        x_last = [v[T - 1] for v in xs]
-        (new_d, y_d), pullback = flat.taped(P, h, x_last)
-        new, y = flat.outputs_of(P, h, x_last, new_d, y_d)
-        ys = _write(ys, T - 1, y)
-        return (new, ys), (P, xs, buf, pullback, tabs)
+        return forward_sweep(flat, tables, P, h0, xs, tuple(a.value for a in tabs))
 
     def bwd(res: tuple, g: tuple) -> tuple:
-        P, xs, buf, pullback, tabs = res
         g_h, g_ys = (_instantiate(c, m) for c, m in zip(g, (flat.h_diff, flat.y_diff)))
-        gP, gh, gx_last = pullback((g_h, [c[T - 1] for c in g_ys]))
-        p_want, x_want = _pick(wanted["p"], flat.p_diff), _pick(wanted["x"], flat.x_diff)
-        gP = [v if w else None for v, w in zip(gP, p_want)]
-        gx_last = [v if w else None for v, w in zip(gx_last, x_want)]
-        gx = [jnp.zeros(v.shape, v.dtype) for v, w in zip(_pick(xs, flat.x_diff), x_want)
-              if w]
-        gx = _write(gx, T - 1, [v for v in gx_last if v is not None])
-        if T > 1:
-            _, restore_slot, restore_index, snap_ptr, snap_pos, snap_slot = tabs
-
-            def body(k: Any, carry: tuple) -> tuple:
-                buf, gh, gP, gx = carry
-                j = T - 2 - k
-                h = _read(buf, restore_slot[j])
-
-                def snap(q: Any, c: tuple) -> tuple:
-                    pos, h, buf = c
-                    target = snap_pos[q]
-                    h = advance(P, xs, h, pos, target)
-                    return target, h, _write(buf, snap_slot[q], h)
-                pos, h, buf = lax.fori_loop(snap_ptr[j], snap_ptr[j + 1], snap,
-                                            (restore_index[j], h, buf))
-                h = advance(P, xs, h, pos, j)
-                _, pb = flat.taped(P, h, x_at(xs, j))
-                dP, gh, dx = pb((gh, x_at(g_ys, j)))
-                gP = [a if a is None else a + b for a, b in zip(gP, dP)]
-                gx = _write(gx, j, [v for v, w in zip(dx, x_want) if w])
-                return buf, gh, gP, gx
-            _, gh, gP, gx = lax.fori_loop(0, T - 1, body, (buf, gh, gP, gx))
-        it = iter(gx)
-        gx = [next(it) if w else None for w in x_want]
-        none_p = [None] * len(P)
-        return (_put(none_p, flat.p_diff, gP), _put([None] * len(flat.h), flat.h_diff, gh),
-                _put([None] * len(flat.x), flat.x_diff, gx), None)
+        return (*reverse_sweep(flat, tables, res, g_h, g_ys, wanted["p"], wanted["x"]), None)
 
     loop.defvjp(fwd, bwd, symbolic_zeros=True)
     return loop
