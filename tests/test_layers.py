@@ -106,13 +106,75 @@ def test_schedule_layer_is_stdlib_only(path):
     assert not {n.split(".")[0] for n in third_party} - set(sys.stdlib_module_names), third_party
 
 
-@pytest.mark.parametrize("path", modules("autograd") + modules("torch"))
+@pytest.mark.parametrize("path", modules("autograd") + modules("torch") + modules("jax"))
 def test_each_front_end_imports_only_its_own_framework(path):
     own = os.path.basename(os.path.dirname(path))
     for name in imports_of(path):
         top = name.lstrip(".").split(".")[0] if not name.startswith("..") else \
             name[2:].split(".")[0]
         assert top not in {"autograd", "torch", "jax"} - {own}, (path, name)
+
+
+def absolute(path, name):
+    """The absolute module an import in ``path`` names (relative imports resolved)."""
+    level = len(name) - len(name.lstrip("."))
+    if not level:
+        return name
+    package = os.path.relpath(os.path.dirname(path), ROOT).split(os.sep)
+    base = package[:len(package) - (level - 1)]
+    return ".".join(base + ([name[level:]] if name[level:] else []))
+
+
+def test_only_the_jax_front_end_imports_jax():
+    outside = [os.path.join(folder, f) for folder, _, files in os.walk(PKG)
+               if os.path.relpath(folder, PKG).split(os.sep)[0] != "jax"
+               for f in files if f.endswith(".py")]
+    assert len(outside) > 20
+    assert absolute(os.path.join(PKG, "__init__.py"), ".jax") == "bincheck.jax"
+    for path in outside:
+        for name in imports_of(path):
+            module = absolute(path, name)
+            assert module.split(".")[0] != "jax", (path, name)
+            assert not (module + ".").startswith("bincheck.jax."), (path, name)
+
+
+def test_jax_tables_are_numpy_only():
+    """The plan's tables are built with numpy alone (no jax: testable without it)."""
+    third_party = {n.split(".")[0] for n in imports_of(os.path.join(PKG, "jax", "tables.py"))
+                   if not n.startswith(".")} - set(sys.stdlib_module_names)
+    assert third_party <= {"numpy"}, third_party
+
+
+def test_bincheck_and_its_other_front_ends_work_without_jax():
+    out = run_blocked("""
+        import bincheck, bincheck.schedule, bincheck.runtime
+        assert bincheck.plan(1000, 50).plain_steps == 1948
+        dir(bincheck)
+        try:
+            import autograd.numpy as anp
+            from autograd import grad
+        except ImportError:
+            print("no autograd")
+        else:
+            loop = bincheck.binomial_checkpoint(lambda p, h, x: anp.tanh(h * p + x), 10, 3)
+            print("autograd ok", grad(lambda p: anp.sum(loop(p, anp.ones(2), anp.ones((10, 2)))))(
+                0.5))
+        try:
+            import torch
+        except ImportError:
+            print("no torch")
+        else:
+            import bincheck.torch
+            print("torch ok")
+        assert "jax" not in sys.modules
+        try:
+            import bincheck.jax
+        except ImportError as err:
+            print("the jax front end needs jax:", err)
+    """, blocked="jax")
+    assert out.returncode == 0, out.stderr
+    assert "the jax front end needs jax: " in out.stdout      # the block's ImportError
+    assert "autograd ok" in out.stdout or "no autograd" in out.stdout
 
 
 @pytest.mark.parametrize("path", modules("runtime"))
@@ -123,7 +185,7 @@ def test_runtime_layer_imports_no_framework(path):
         assert not name.startswith("..autograd"), (path, name)
 
 
-@pytest.mark.parametrize("package", ["autograd", "torch"])
+@pytest.mark.parametrize("package", ["autograd", "torch", "jax"])
 def test_adapter_imports_flow_one_way(package):
     """Within each front end: no cycles, and the lower modules never import the front ends."""
     graph = {}
@@ -131,9 +193,13 @@ def test_adapter_imports_flow_one_way(package):
         mod = os.path.basename(path)[:-3]
         graph[mod] = {n[1:] for n in imports_of(path) if n.startswith(".") and not
                       n.startswith("..")} - {""}
-    lower = ("tangent", "primitives", "sweep") if package == "autograd" else \
-        ("function", "sweep", "steps", "store", "probe", "boundary", "context")
-    assert "loops" not in set().union(*(graph[m] for m in lower))
+    lower = {"autograd": ("tangent", "primitives", "sweep"),
+             "torch": ("function", "sweep", "steps", "store", "probe", "boundary", "context"),
+             "jax": ("boundary", "tables", "sweep", "sizes", "revolve")}[package]
+    fronts = {"loops", "while_loop"} if package == "jax" else {"loops"}
+    assert not fronts & set().union(*(graph.get(m, set()) for m in lower))
+    if package == "jax":
+        assert graph["tables"] == set()       # the tables import no other jax module
     state = {}
 
     def visit(m, trail):

@@ -15,7 +15,6 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from ..schedule.validate import short_repr
 
@@ -35,7 +34,10 @@ class Flat:
     the differentiable leaves and :meth:`pullback`, one step's VJP over those leaves only."""
 
     def __init__(self, whole: Callable, params: Any, state: Any, xs: Any, seq_len: int,
-                 label: str = "fn") -> None:
+                 words: tuple[str, str, str, str] = ("fn", "inputs", "seq_len",
+                                                     "init_state")) -> None:
+        # the caller's names: (the step, its inputs, the length, the initial state)
+        label, inputs, length, init = words
         self.seq_len = seq_len
         h_leaves, self.h_def = jax.tree.flatten(state)
         x_leaves, self.x_def = jax.tree.flatten(xs)
@@ -43,8 +45,8 @@ class Flat:
             shape = np.shape(v)
             if len(shape) == 0 or shape[0] != seq_len:
                 raise ValueError(
-                    f"inputs: every leaf needs the leading length seq_len={seq_len} (one slice "
-                    f"per step); got a leaf of shape {tuple(shape)} in inputs of shapes "
+                    f"{inputs}: every leaf needs the leading length {length}={seq_len} (one "
+                    f"slice per step); got a leaf of shape {tuple(shape)} in {inputs} of shapes "
                     f"{_shape_text(xs)}")
         x_leaves = [jnp.asarray(v) for v in x_leaves]
         h_leaves = [jnp.asarray(v) for v in h_leaves]
@@ -55,13 +57,13 @@ class Flat:
             out_shape = jax.eval_shape(whole, params, state0, x0)
         except TypeError as err:
             if x0 is None and "NoneType" in str(err):
-                raise TypeError(f"{label} failed with x=None: {err} (inputs is None, so each "
-                                f"step gets x=None; pass inputs=... with a leading axis of "
-                                f"length seq_len)") from err
+                raise TypeError(f"{label} failed with x=None: {err} ({inputs} is None, so each "
+                                f"step gets x=None; pass {inputs}=... with a leading axis of "
+                                f"length {length})") from err
             raise
         new_def = jax.tree.structure(out_shape[0])
         if new_def != self.h_def:
-            raise ValueError(f"{label} must return a state with the structure of init_state "
+            raise ValueError(f"{label} must return a state with the structure of {init} "
                              f"({self.h_def}); it returned {new_def}")
         for i, (a, b) in enumerate(zip(jax.tree.leaves(out_shape[0]), h_leaves)):
             if a.shape != b.shape or a.dtype != b.dtype:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..runtime.front import Configured
 from ..schedule.binomial import Plan
-from ..schedule.budget import BudgetPlan, MemoryBudget, Sizes, parse_bytes
+from ..schedule.budget import BudgetPlan, MemoryBudget, parse_bytes
 from ..schedule.validate import (check_callable, check_int, check_positive_int,
                                  exactly_one_budget)
 from .boundary import Flat
@@ -63,8 +63,13 @@ class CheckpointedLoop(Configured):
         """The schedule: fixed, or with a memory budget the plan of the last trace (or preview)."""
         return self.last_plan if isinstance(self.schedule, MemoryBudget) else self.schedule
 
+    def _flat(self, params: Any, init_state: Any, inputs: Any) -> Flat:
+        words = (("f", "xs", "length", "init") if isinstance(self.fn, _Pair) else
+                 ("fn", "inputs", "seq_len", "init_state"))
+        return Flat(self.whole, params, init_state, inputs, self.seq_len, words)
+
     def __call__(self, params: Any, init_state: Any, inputs: Any = None) -> Any:
-        flat = Flat(self.whole, params, init_state, inputs, self.seq_len)
+        flat = self._flat(params, init_state, inputs)
         plan = self.plan_for(flat)
         tables = self.tables_for(plan)
         loop = build(flat, tables)
@@ -108,13 +113,22 @@ class CheckpointedLoop(Configured):
 
     def preview(self, params: Any, init_state: Any, inputs: Any = None) -> BudgetPlan:
         """Sizes from shapes (``jax.eval_shape`` and one compiled step's ``memory_analysis``;
-        nothing runs) and the plan a gradient would use, with its predicted peak bytes."""
-        flat = Flat(self.whole, params, init_state, inputs, self.seq_len)
-        if isinstance(self.schedule, MemoryBudget):
-            return self.plan_for(flat)
-        sizes = measure(flat)
-        held = min(self.schedule.num_ckpts, self.seq_len)
-        return BudgetPlan(self.seq_len, sizes.work_bytes + held * sizes.state_bytes, sizes)
+        nothing runs) and the plan a gradient would use, with its predicted peak bytes. The
+        arguments may be arrays or ``jax.ShapeDtypeStruct`` trees."""
+        found: list = []
+
+        def shapes_only(params: Any, init_state: Any, inputs: Any) -> int:
+            flat = self._flat(params, init_state, inputs)
+            if isinstance(self.schedule, MemoryBudget):
+                found.append(self.plan_for(flat))
+            else:
+                sizes = measure(flat)
+                held = min(self.schedule.num_ckpts, self.seq_len)
+                found.append(BudgetPlan(self.seq_len, sizes.work_bytes +
+                                        held * sizes.state_bytes, sizes))
+            return 0
+        jax.eval_shape(shapes_only, params, init_state, inputs)
+        return found[0]
 
 
 def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None, *,

@@ -4,7 +4,21 @@
 beside its stored states, under XLA's static allocation: the temporaries of one compiled taped
 step and its backward (``memory_analysis``), plus the buffers the reverse scan carries (the live
 state, its cotangent, the scratch slot the forward writes unstored steps into, and the parameter
-cotangents being accumulated together with one step's share of them).
+cotangents being accumulated together with one step's share of them), one step's input and output
+slices and their cotangents, and the loops' own bookkeeping.
+
+Two terms come from reading XLA's buffer assignment (CPU), where a gradient of a tiny state
+(a few hundred bytes) measured up to ~1 KiB above the sum of its buffers: every buffer is
+64-byte aligned (a 96-byte state takes 128 bytes, an 8-byte scalar 64), so buffer sizes are
+rounded up to :data:`ALIGN`; and each of the sweep's nested ``while`` loops holds its counter,
+the table entries it reads and a tuple of pointers to everything it carries (8 bytes a leaf),
+each in its own aligned slot: :data:`LOOP_SLOTS` aligned scalars and :data:`LOOPS` tuples. For
+states of a few KiB and more these terms are noise; for tiny ones they are most of the working
+set, and without them a ``memory=`` budget was exceeded under ``memory_analysis``.
+
+Not counted: what is ``seq_len`` long (the inputs, the stacked outputs of ``output_fn`` and their
+cotangents, the inputs' cotangent), which are the loop's arguments and results, as for
+``lax.scan``, and the temporaries of the caller's own loss.
 """
 
 from __future__ import annotations
@@ -16,9 +30,23 @@ from ..schedule.budget import Sizes
 from .boundary import Flat, _pick
 
 
+#: XLA (CPU) aligns every buffer to this many bytes.
+ALIGN = 64
+#: Aligned scalars the sweep's loops hold at once (loop counters, table entries, predicates).
+LOOP_SLOTS = 16
+#: The sweep's nested ``while`` loops (forward; backward, its snapshots and two advances), each
+#: with a tuple of pointers to what it carries.
+LOOPS = 5
+
+
 def nbytes(leaves: list) -> int:
     return int(sum(np.prod(np.shape(v), dtype=np.int64) * np.dtype(v.dtype).itemsize
                    for v in leaves))
+
+
+def aligned(leaves: list) -> int:
+    """Bytes of ``leaves`` as XLA allocates them, each rounded up to :data:`ALIGN`."""
+    return sum(-(-nbytes([v]) // ALIGN) * ALIGN for v in leaves)
 
 
 def measure(flat: Flat) -> Sizes:
@@ -33,6 +61,10 @@ def measure(flat: Flat) -> Sizes:
     compiled = jax.jit(one_step).lower(spec(flat.p), spec(flat.h), x0, out[0], out[1]).compile()
     temp = int(compiled.memory_analysis().temp_size_in_bytes)
     state = nbytes(flat.h)
-    grads = nbytes(_pick(flat.p, flat.p_diff))
+    carried = 3 * aligned(flat.h) + 2 * aligned(_pick(flat.p, flat.p_diff))
+    slices = 2 * aligned(x0) + 2 * aligned(flat.y_shapes)
+    leaves = len(flat.p) + len(flat.h) + len(flat.x) + len(flat.y_shapes)
+    pointers = -(-8 * (4 + 2 * leaves) // ALIGN) * ALIGN
+    bookkeeping = LOOP_SLOTS * ALIGN + LOOPS * pointers
     return Sizes(state_bytes=max(state, 1), tape_bytes=None,
-                 work_bytes=temp + 3 * state + 2 * grads)
+                 work_bytes=temp + carried + slices + bookkeeping)
