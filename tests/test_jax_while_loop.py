@@ -209,3 +209,11 @@ def test_memory_budget_holds_under_memory_analysis():
         make(2 * state)(Wb, h0, jnp.int64(3))
     with pytest.raises(TypeError, match="exactly one"):
         bj.while_loop(lambda v: True, lambda v: v, H0, max_steps=3, num_ckpts=2, memory="1MB")
+
+
+def test_a_long_planning_is_announced(monkeypatch):
+    from bincheck.jax import while_loop as wl
+    monkeypatch.setattr(wl, "WARN_SECONDS", 1e-4)
+    cond, body = problem()(W, 3)
+    with pytest.warns(RuntimeWarning, match=r"max_steps=977 at num_ckpts=3 takes about"):
+        bj.while_loop(cond, body, (H0, 0), max_steps=977, num_ckpts=3)
