@@ -212,7 +212,8 @@ def test_memory_budget_holds_under_memory_analysis():
 
 
 def test_a_long_planning_is_announced(monkeypatch):
-    from bincheck.jax import while_loop as wl
+    import importlib
+    wl = importlib.import_module("bincheck.jax.while_loop")   # the module, not the function
     monkeypatch.setattr(wl, "WARN_SECONDS", 1e-4)
     cond, body = problem()(W, 3)
     with pytest.warns(RuntimeWarning, match=r"max_steps=977 at num_ckpts=3 takes about"):
