@@ -3,12 +3,14 @@ equal to the plan, the plan preview and its inverse, while loops, higher order."
 
 import subprocess
 import sys
+import traceback
 from fractions import Fraction
 
 import autograd.numpy as np
 import numpy
 import pytest
 from autograd import grad, hessian_vector_product
+from autograd.tracer import isbox
 
 from bincheck import CheckpointedLoop, binomial_checkpoint, checkpointed_while_loop, plan, \
     simulate
@@ -353,3 +355,106 @@ def test_preview_shows_the_step_times_the_command_line_takes():
                           ("--taped-step-seconds", preview.sizes.taped_step_seconds)):
         assert f"{option} {value:.3g}" in line[0]
     assert "step times" not in str(plan(20, memory="1MB", state_bytes="1KB"))   # none known
+
+
+def cells_rnn(params, h, x):
+    """Step t runs as many tanh cells as the inputs' last column says: steps unlike step 0, which
+    the budget is planned from."""
+    for _ in range(int(x[0, -1])):
+        h = tanh_rnn(params, h, x)
+    return h
+
+
+RAMP = 1 + numpy.arange(60) // 10                  # 1 cell at step 0, 6 at steps 50..59
+BUMP = numpy.where((numpy.arange(60) >= 20) & (numpy.arange(60) < 30), 5, 1)
+
+
+def cells_problem(cells):
+    params, h0, xs = rnn_problem(len(cells), H=32, B=16, D=4)
+    xs[:, :, -1] = numpy.asarray(cells)[:, None]
+    xs[:, :, -2] = numpy.arange(len(cells))[:, None]      # the step, for the test to see
+    return params, h0, xs
+
+
+def traced_peak(fn, *args):
+    """(tracemalloc peak above the start while ``fn(*args)`` runs, its result or the ValueError
+    it raised)."""
+    import gc
+    import tracemalloc
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        try:
+            result = fn(*args)
+        except ValueError as err:
+            result = err
+        return tracemalloc.get_traced_memory()[1] - base, result
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("cells,tapes,where", [(RAMP, 0.5, "forward"), (RAMP, 1.0, "forward"),
+                                               (BUMP, 0.5, "reverse")])
+def test_a_step_that_outgrows_step_0s_tape_is_refused_at_that_step(cells, tapes, where):
+    """Issue 17, point 3: the budget assumes every step is like step 0. With later steps
+    running up to 6 cells (RAMP), at half the loop's tapes (a mixed plan taping steps 30..59 in
+    the forward) and at all of them (the whole loop taped in the forward), the gradient's
+    tracemalloc peak (less the returned cotangents) went 1467 and 1802 KiB over budgets of 879
+    and 1446 KiB; with 5 cells at steps 20..29 (BUMP), the reverse sweep's segment 3..29 took it
+    277 KiB over 879 KiB. Now the node that takes its segment over what the plan left it raises
+    as it is built: no later step is taped, and the peak at the refusal stays within the budget
+    (over 200 KiB below it)."""
+    l = len(cells)
+    params, h0, xs = cells_problem(cells)
+    sizes = binomial_checkpoint(cells_rnn, l, memory="100MB").measure(params, h0, xs)
+    memory = int(sizes.work_bytes + tapes * l * sizes.tape_bytes)
+    taped = []
+
+    def step(p, h, x):
+        if isbox(h):
+            taped.append(int(x[0, -2]))
+        return cells_rnn(p, h, x)
+    loop = binomial_checkpoint(step, l, memory=memory)
+    peak, err = traced_peak(grad(lambda p: np.sum(loop(p, h0, xs))), params)
+    assert isinstance(err, ValueError), \
+        f"not refused: peak {peak / 1024:.0f} KiB, budget {memory / 1024:.0f} KiB"
+    message = str(err)
+    assert "fn's step" in message and "bigger tape than step 0" in message, message
+    at = int(message.split("fn's step ")[1].split()[0])
+    assert taped[-1] == at and taped.count(at) == 1, (at, taped)    # noticed at that step
+    assert f"memory={memory} bytes" in message and "num_ckpts=" in message
+    assert any(f.name == where for f in traceback.extract_tb(err.__traceback__))
+    assert peak <= memory + ALLOWANCE, (peak - memory) / 1024
+
+
+def test_a_step_that_grows_within_the_budgets_room_runs():
+    """Growth the budget has room for is not refused, and the gradient stays within it."""
+    l = len(RAMP)
+    params, h0, xs = cells_problem(RAMP)
+    sizes = binomial_checkpoint(cells_rnn, l, memory="100MB").measure(params, h0, xs)
+    memory = int(sizes.work_bytes + 4 * l * sizes.tape_bytes)     # RAMP's 210 cells fit
+    loop = binomial_checkpoint(cells_rnn, l, memory=memory)
+    ours, g = peak_bytes(grad(lambda p: np.sum(loop(p, h0, xs))), params)
+    assert_trees_close(g, grad(lambda p: np.sum(plain_loop(cells_rnn, p, h0, xs, l)))(params))
+    assert loop.last_plan.plain_steps == 0
+    returned = sum(v.nbytes for v in g) + h0.nbytes
+    assert ours - returned <= memory + ALLOWANCE, (ours - returned - memory) / 1024
+
+
+def test_a_while_loop_step_that_outgrows_step_0s_tape_is_refused():
+    """The while loop tapes one step at a time beside its snapshots: a body whose last steps run
+    11 updates took the gradient's tracemalloc peak to 1124 KiB, 538 KiB over a 600 kB budget;
+    now refused within it."""
+    cond = lambda p, st: st[0] < 60
+    def body(p, st):
+        y = st[1]
+        for _ in range(1 + 10 * (st[0] >= 50)):
+            y = np.tanh(y * p) + 0.1
+        return (st[0] + 1, y)
+    y0 = numpy.linspace(0.1, 0.9, 4000)
+    run = checkpointed_while_loop(cond, body, memory=600_000)
+    peak, err = traced_peak(grad(lambda p: np.sum(run(p, (0, y0))[1])), 1.1)
+    assert isinstance(err, ValueError) and "body_fn's step 59 keeps a bigger tape" in str(err), \
+        f"not refused: peak {peak / 1024:.0f} KiB"
+    assert peak <= 600_000 + ALLOWANCE, (peak - 600_000) / 1024

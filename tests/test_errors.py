@@ -190,3 +190,22 @@ def test_a_taped_step_that_changes_the_state_shape_is_refused():
     loop = binomial_checkpoint(step, 10, memory="10MB")
     with pytest.raises(ValueError, match=r"step 5 got shapes \[\(3,\)\] and returned \[\(4,\)\]"):
         grad(lambda p: anp.sum(loop(p, numpy.ones(3), xs)))(0.5)
+
+
+@pytest.mark.parametrize("at", [5, 9])
+def test_a_taped_step_that_changes_the_state_structure_is_refused(at):
+    """Under a budget that tapes the whole loop, a step that returned a tuple for a one-array
+    state went on into the next step (a TypeError deep in autograd) or, as the last step, raised
+    an InternalError blaming bincheck. Now the step is refused as a plain step would be (issue
+    17, point 3: structure checks run whatever the planner chose)."""
+    import autograd.numpy as anp
+    from autograd import grad
+    from bincheck import binomial_checkpoint
+
+    def step(p, h, x):
+        return (anp.tanh(h * p), h) if x[0] == at else anp.tanh(h * p)
+    xs = numpy.arange(10.0)[:, None]
+    loop = binomial_checkpoint(step, 10, memory="10MB")
+    with pytest.raises(ValueError, match=rf"state with the structure of its input state; taped "
+                                         rf"step {at} got leaf and returned \(leaf, leaf\)"):
+        grad(lambda p: anp.sum(loop(p, numpy.ones(3), xs)))(0.5)

@@ -132,12 +132,13 @@ class Call:
     """
 
     __slots__ = ("loop", "groups", "pending", "out_leaves", "n", "stats", "vjp_args",
-                 "schedule", "y_def")
+                 "schedule", "y_def", "guard")
 
     def __init__(self, loop: Any, groups: list[Group], vjp_args: list[bool]) -> None:
         self.loop, self.groups = loop, groups
         self.vjp_args = vjp_args   # per argument: boxed by a reverse-mode trace (may want a VJP)
         self.schedule: Any = None  # what this call planned with (a plan; a slot count for while)
+        self.guard: Any = None     # with a memory budget: checks its taped steps (a TapeGuard)
         self.y_def: Any = None     # structure of the per-step outputs, when the loop has them
         self.pending = None
         self.out_leaves: list | None = None   # the final state's leaves (integer ones included)

@@ -36,7 +36,7 @@ from ..schedule.validate import (check_bool, check_callable, check_disk, check_p
                                  exactly_one_budget, short_repr)
 from ..tree import flatten, unflatten
 from .boundary import Call, Group, Pending, reverse_traced, values
-from .budgets import SizeCache
+from .budgets import SizeCache, TapeGuard
 from .primitives import loop_primitive
 from .outputs import Outputs
 from .steps import PlainStepper, freeze, release
@@ -231,10 +231,12 @@ class CheckpointedLoop(_LoopBase):
     def _schedule_for(self, call: Call, stepper: PlainStepper, state0: Any) -> Any:
         if self.budget is None:
             return self.schedule
-        sizes = self.budget.sizes(self, stepper, state0, call.boxed_leaves(0),
-                                  call.boxed_leaves(2), self._disk)
-        return self.budget.plan(self.seq_len, self.schedule.memory, sizes,
+        probed = self.budget.probed(self, stepper, state0, call.boxed_leaves(0),
+                                    call.boxed_leaves(2), self._disk)
+        plan = self.budget.plan(self.seq_len, self.schedule.memory, probed.sizes,
                                 self._disk is not None)
+        call.guard = TapeGuard(plan.memory, probed, plan.table_bytes, stepper.label)
+        return plan
 
     def forward(self, call: Call, args: tuple) -> Any:
         """Run the schedule up to its first ``Reverse`` (the first sweep), then to the end."""
@@ -275,10 +277,11 @@ class CheckpointedLoop(_LoopBase):
             # A gradient will reverse the last segment first: tape it now, instead of running it
             # plain for the output and taping it again in the reverse sweep.
             t0 = time.perf_counter()
+            guard = call.guard and call.guard.segment(first.start, store)
             taped = tape_segment(stepper, *flatten(stepper.params)[::-1], call.boxed_leaves(0),
                                  executor.live, first.start > 0 or bool(call.boxed_leaves(1)),
                                  call.boxed_leaves(2), first.start, self.seq_len,
-                                 plain_outputs=True)
+                                 plain_outputs=True, guard=guard)
             final = unflatten(stepper.s_def, taped.output_values())
             stats.tape_seconds += time.perf_counter() - t0
             stats.taped_steps += self.seq_len - first.start
@@ -329,7 +332,9 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     does it up front and returns the plan with its predictions) and plans the optimal mix of
     stored states and whole taped segments within the budget (Gruslys et al.'s mixed policy,
     :mod:`bincheck.schedule.mixed`). A budget below one state plus one step's working set raises
-    a ValueError naming the minimum. ``disk=True`` (a private temporary directory) or
+    a ValueError naming the minimum; a step whose tape outgrows what the budget leaves it (by more
+    than one step's measured tape: the plan assumes every step is like step 0) raises a ValueError
+    at that step (:ref:`byte-budgets`). ``disk=True`` (a private temporary directory) or
     ``disk="/some/dir"`` (a private subdirectory of it) adds a disk tier: states beyond the RAM
     budget go to ``.npy`` files, checked on reading and removed when freed, after the sweep and
     after any error (:mod:`bincheck.runtime.disk`), placed by the Disk-Revolve planner

@@ -12,7 +12,10 @@ real data, without ``tracemalloc`` (which a user may be running; its peak cannot
   store in the loop's disk directory and reading it back (the faster of two tries);
 * ``work_bytes``: the working set of a reverse step: one step's tape, the most cotangent bytes
   alive at once during its backward (counted as the backward runs), ``WORK_STATES`` states, and
-  ``INTERPRETER_BYTES`` for CPython's free lists.
+  ``INTERPRETER_BYTES`` for CPython's free lists;
+* beside the sizes (``Probe``), the nodes step 0's tape built and the bytes of the arrays they
+  computed, as every taped segment counts them (``tape.Meter``), against which
+  ``budgets.TapeGuard`` checks later steps.
 
 Counting the same way whether or not ``tracemalloc`` runs keeps plans reproducible;
 ``tests/test_budget.py`` checks a gradient's ``tracemalloc`` peak against the budget.
@@ -23,7 +26,7 @@ from __future__ import annotations
 import time
 import types
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from autograd.core import add_outgrads, vspace
@@ -34,7 +37,7 @@ from ..schedule.budget import Sizes
 from ..tree import flatten
 from .boundary import differentiable
 from .steps import PlainStepper
-from .tape import _Sink, tape_segment
+from .tape import _Sink, count_only, tape_segment
 
 
 # Python objects per tape node (the node, its box, its VJP closure and cells): measured with
@@ -51,6 +54,16 @@ SNAPSHOT_BYTES, SNAPSHOT_LEAF_BYTES = 192, 160
 # allocated until a full gc.collect(): measured 140-270 KiB after a gradient. Reserved from the
 # budget so that a tracemalloc peak stays within it.
 INTERPRETER_BYTES = 256 * 1024
+
+
+class Probe(NamedTuple):
+    """What :func:`probe` measured: the sizes a budget is planned with, and step 0's tape as
+    every taped segment counts it (``tape.Meter``): its nodes and the array bytes they
+    computed."""
+
+    sizes: Sizes
+    step_nodes: int
+    step_array_bytes: int
 
 
 def _base(a: np.ndarray) -> np.ndarray:
@@ -131,7 +144,7 @@ def _nbytes(g: Any) -> int:
 
 
 def probe(stepper: PlainStepper, state0: Any, p_box: list, x_box: list,
-          disk: Any = None) -> Sizes:
+          disk: Any = None) -> Probe:
     """Sizes and times of one step, from step 0 of ``stepper``'s loop (four evaluations of fn).
 
     ``stepper`` must be the probe's own (its outputs buffer, if any, has length 1)."""
@@ -141,7 +154,8 @@ def probe(stepper: PlainStepper, state0: Any, p_box: list, x_box: list,
         t0 = time.perf_counter()
         state1 = stepper.step(state0, 0)
         t1 = time.perf_counter()
-        seg = tape_segment(stepper, p_def, p_leaves, p_box, state0, True, x_box, 0, 1)
+        seg = tape_segment(stepper, p_def, p_leaves, p_box, state0, True, x_box, 0, 1,
+                           guard=count_only)
         t2 = time.perf_counter()
         plain_times.append(t1 - t0)
         taped_times.append(t2 - t1)
@@ -160,8 +174,9 @@ def probe(stepper: PlainStepper, state0: Any, p_box: list, x_box: list,
     t4 = time.perf_counter()
     work = tape_bytes + backward_peak + WORK_STATES * state_bytes + INTERPRETER_BYTES
     write_s, read_s = disk_seconds(state1, disk) if disk not in (None, False) else (None, None)
-    return Sizes(state_bytes, tape_bytes, work, max(min(plain_times), 1e-9),
-                 max(min(taped_times) + (t4 - t3), 1e-9), write_s, read_s)
+    return Probe(Sizes(state_bytes, tape_bytes, work, max(min(plain_times), 1e-9),
+                       max(min(taped_times) + (t4 - t3), 1e-9), write_s, read_s),
+                 seg.meter.nodes, seg.meter.nbytes)
 
 
 class _SinkView:

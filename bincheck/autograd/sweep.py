@@ -26,7 +26,7 @@ class Sweep:
 
     __slots__ = ("plain", "executor", "p_def", "p_leaves", "p_want", "p_wanted", "s_want",
                  "x_want", "adjoint", "g_ys", "p_acc", "x_bar", "new_adjoint", "verifier", "stats",
-                 "taped", "tape_bytes", "peak_held")
+                 "taped", "tape_bytes", "peak_held", "guard")
 
     def __init__(self, call: Call, pending: Pending, argnums: tuple, g: tuple,
                  verifier: Verifier | None) -> None:
@@ -51,6 +51,7 @@ class Sweep:
         sizes = getattr(call.schedule, "sizes", None)      # a memory budget's measured sizes
         self.tape_bytes = sizes.tape_bytes or 0 if sizes is not None else 0
         self.peak_held = 0
+        self.guard = call.guard
         self.s_want = bool(wanted(1, n_p))
         self.x_want = wanted(2, n_p + n_s)
         self.adjoint, self.g_ys = call.state_cotangent(g)
@@ -68,8 +69,9 @@ class Sweep:
         if seg is not None and (seg.start, seg.stop) == (start, stop):
             self.taped = None                    # the forward taped this segment already
         else:
+            guard = self.guard and self.guard.segment(start, self.executor.store)
             seg = tape_segment(self.plain, self.p_def, self.p_leaves, self.p_want, state,
-                               box_state, self.x_want, start, stop)
+                               box_state, self.x_want, start, stop, guard=guard)
             self.stats.taped_steps += stop - start
         held = self.executor.store.nbytes + (stop - start - 1) * self.tape_bytes
         self.peak_held = max(self.peak_held, held)

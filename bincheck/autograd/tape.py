@@ -5,6 +5,13 @@ backward pass (:func:`backward`), so no container boxes are built and no cotange
 a leaf nobody asked for (input slices are boxed only when ``inputs`` is differentiated). Parameter
 cotangents are delivered as soon as each is complete, so the caller can add it into its
 accumulator and free it before the next one is computed.
+
+A segment taped with a guard counts its nodes as they are built (:class:`_MeteredNode`: one more
+node, and the bytes of the array it computed, on the segment's :class:`Meter`). The probe reads
+step 0's counts (its guard only counts, :func:`count_only`); under a memory budget a
+:class:`~.budgets.TapeGuard` sets the meter's cap from them, so a step that keeps a bigger tape
+than the budget has room for is refused as the node that crosses the cap is built. Without a
+guard (``num_ckpts``) segments use autograd's own nodes and count nothing.
 """
 
 from __future__ import annotations
@@ -13,12 +20,66 @@ from typing import Any, Callable
 
 import numpy as np
 from autograd.core import VJPNode, add_outgrads
-from autograd.tracer import getval, isbox, new_box, trace_stack
+from autograd.tracer import getval, isbox, new_box, notrace_primitives, trace_stack
 from autograd.util import toposort
 
 from ..tree import conform, describe, flatten, unflatten
 from .boundary import InternalError, differentiable, expand_boxes
 from .steps import PlainStepper, call_fn, freeze
+
+
+class Meter:
+    """What a taped segment's nodes have built: ``nodes``, and ``nbytes`` of the arrays they
+    computed. Priced at ``node_bytes`` per node and ``ratio`` per array byte (zero unless a
+    guard set them), a node that takes the price over ``cap`` calls ``over(meter)``, which
+    raises."""
+
+    __slots__ = ("nodes", "nbytes", "node_bytes", "ratio", "cap", "over")
+
+    def __init__(self) -> None:
+        self.nodes = self.nbytes = self.node_bytes = 0
+        self.ratio, self.cap, self.over = 0.0, float("inf"), None
+
+    @property
+    def price(self) -> float:
+        return self.node_bytes * self.nodes + self.ratio * self.nbytes
+
+
+class _MeteredNode(VJPNode):
+    """A tape node that counts itself on its segment's :class:`Meter` as it is built. autograd
+    builds each node with the type of its first parent's node, so rooting a segment's trace on
+    these counts every node of that trace, for one attribute and a few additions per node.
+    Nodes are counted when built: one that a step builds and drops counts too."""
+
+    __slots__ = ("meter",)
+
+    def __init__(self, value: Any, fun: Any, args: Any, kwargs: Any, parent_argnums: Any,
+                 parents: Any) -> None:
+        VJPNode.__init__(self, value, fun, args, kwargs, parent_argnums, parents)
+        m = self.meter = parents[0].meter
+        m.nodes += 1
+        if type(value) is _ndarray:
+            m.nbytes += value.nbytes
+        if m.node_bytes * m.nodes + m.ratio * m.nbytes > m.cap:
+            m.over(m)
+
+    def initialize_root(self, meter: Meter) -> None:      # VJPNode's, inlined: one per leaf
+        self.parents, self.vjp, self.meter = [], _no_vjp, meter
+
+
+_ndarray = np.ndarray
+
+
+def _no_vjp(g: Any) -> tuple:
+    return ()
+
+
+# autograd looks its untraced primitives (shape queries, ...) up by node type: the same set.
+notrace_primitives[_MeteredNode] = notrace_primitives[VJPNode]
+
+
+def count_only(t: int, meter: Meter) -> None:
+    """A guard for :func:`tape_segment` that refuses nothing: the segment's nodes only count."""
 
 
 class _Sink:
@@ -73,11 +134,13 @@ class Segment:
     per-step outputs ``y`` by step. The adjoint is paired with it later (:func:`ends`), so a
     segment can be taped before its adjoint exists (the forward tapes the last one)."""
 
-    __slots__ = ("start", "stop", "trace", "roots", "input_leaves", "output_leaves", "y_nodes")
+    __slots__ = ("start", "stop", "trace", "roots", "input_leaves", "output_leaves", "y_nodes",
+                 "meter")
 
     def __init__(self, start: int, stop: int) -> None:
         self.start, self.stop = start, stop
         self.trace = None
+        self.meter = Meter()      # what the segment's nodes built, all steps together
         self.roots: dict = {}
         self.input_leaves: list = []
         self.output_leaves: list = []
@@ -107,7 +170,7 @@ class Segment:
 
 def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_box: list, state: Any,
                  box_state: bool, x_box: list, start: int, stop: int,
-                 plain_outputs: bool = False) -> Segment:
+                 plain_outputs: bool = False, guard: Callable | None = None) -> Segment:
     """Tape steps ``start..stop-1`` from ``state``.
 
     Roots: ``("p", i)`` for params leaf ``i`` in ``p_box``, ``("s", j)`` for state leaf ``j``
@@ -118,6 +181,12 @@ def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_box: list,
     ``output_fn`` on plain values and recorded, as in every other step of the forward, and the
     taped ``output_fn`` is the one its reversal needs: ``output_fn`` runs once plain and once
     taped per step, the documented contract.
+
+    Each step's result is checked against the state's structure and shapes, as a plain step's
+    is: a segment may be the only evaluation of a step. With ``guard``, the segment's nodes count
+    themselves on its :class:`Meter`, and ``guard(t, meter)`` is called before each step; it may
+    set the meter's cap for step ``t`` (:meth:`~.budgets.TapeGuard.segment`), which a node that
+    crosses raises.
     """
     seg = Segment(start, stop)
     roots = seg.roots
@@ -125,8 +194,10 @@ def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_box: list,
     with trace_stack.new_trace() as trace:
         seg.trace = trace
 
+        meter = seg.meter
+
         def box(value: Any, where: tuple) -> Any:
-            node = VJPNode.new_root()
+            node = VJPNode.new_root() if guard is None else _MeteredNode.new_root(meter)
             roots[node] = where
             return new_box(value, trace, node)
 
@@ -141,6 +212,8 @@ def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_box: list,
                                for j, v in enumerate(s_vals)])
         x_leaves = stepper.x_leaves
         for t in range(start, stop):
+            if guard is not None:
+                guard(t, meter)
             for i in p_box:
                 p_vals[i] = box(p_leaves[i], ("p", i))
             params = unflatten(p_def, p_vals)
@@ -157,9 +230,15 @@ def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_box: list,
             # Container boxes (autograd.builtins containers under the tape) become plain
             # containers of element boxes, so the next step and the adjoint see array leaves.
             st = conform(expand_boxes(st), s_def)
-            shapes = [np.shape(getval(v)) for v in flatten(st)[0]]
-            if len(shapes) == len(stepper.s_shapes) and shapes != stepper.s_shapes:
-                # checked whatever the planner chose to tape (a structure change is refused below)
+            leaves, st_def = flatten(st)
+            if st_def != s_def:
+                raise ValueError(
+                    f"{stepper.label} must return a state with the structure of its input state; "
+                    f"taped step {t} got {describe(s_def)} and returned {describe(st_def)} "
+                    f"(refusing to drop a cotangent; if {stepper.label} builds its state "
+                    f"differently under autograd's tape, build it the same way on plain arrays)")
+            shapes = [np.shape(getval(v)) for v in leaves]
+            if shapes != stepper.s_shapes:
                 raise ValueError(
                     f"{stepper.label} must return state arrays of the shapes it received; step "
                     f"{t} got shapes {stepper.s_shapes} and returned {shapes}")
@@ -175,11 +254,5 @@ def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_box: list,
                 for k, leaf in enumerate(flatten(y)[0]):
                     if isbox(leaf) and leaf._trace == trace:
                         seg.y_nodes.append((t, k, leaf._node))
-        out_leaves, out_def = flatten(st)
-        if out_def != s_def:
-            raise InternalError(
-                f"the taped state of steps {start}..{stop - 1} has structure {describe(out_def)} "
-                f"but the plain state has {describe(s_def)}: refusing to drop a cotangent. Does "
-                f"fn build its state differently under autograd's tape?")
-        seg.output_leaves = out_leaves
+        seg.output_leaves = flatten(st)[0]
     return seg

@@ -24,7 +24,7 @@ from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable, che
                                  check_positive_int, short_repr)
 from ..tree import flatten, unflatten
 from .boundary import Call, Pending
-from .budgets import SizeCache
+from .budgets import SizeCache, TapeGuard
 from .loops import _LoopBase, _one_of, check_disk
 from .steps import WhileStepper, call_fn, freeze, release
 
@@ -92,8 +92,9 @@ class WhileLoop(_LoopBase):
         if not self._keep_going(stepper.params, state0, 0):
             call.schedule = 1                   # no step: nothing to plan
             return OnlinePlanner(1)
-        sizes = self.budget.sizes(self, stepper, state0, call.boxed_leaves(0), [], self.disk)
-        call.schedule, planner = online_planner(self.memory, sizes, self.disk is not None)
+        probed = self.budget.probed(self, stepper, state0, call.boxed_leaves(0), [], self.disk)
+        call.schedule, planner = online_planner(self.memory, probed.sizes, self.disk is not None)
+        call.guard = TapeGuard(self.memory, probed, 0, stepper.label)
         return planner
 
     def __call__(self, params: Any, init_state: Any) -> Any:
