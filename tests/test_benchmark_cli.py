@@ -136,3 +136,29 @@ def test_torch_benchmark_smoke_run(tmp_path):
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     written = set(os.listdir(tmp_path))
     assert {f for f in written if f.endswith((".csv", ".json", ".md"))}, written
+
+
+def test_jax_benchmark_smoke_run(tmp_path):
+    """python -m benchmarks.jax --smoke: every strategy compiles, its gradient is checked against
+    lax.scan's, bincheck's counted step evaluations equal its plan's, and the results are
+    written (the RNN table, the while-loop table, the plot)."""
+    out = subprocess.run([sys.executable, "-m", "benchmarks.jax", "--smoke", "--out",
+                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert {"smoke.json", "smoke.md"} <= set(os.listdir(tmp_path))
+    import json
+    data = json.loads((tmp_path / "smoke.json").read_text())
+    rows, while_rows = data["rows"], data["while_rows"]
+    assert rows and while_rows
+    for r in rows:
+        assert r["status"] == "ok" or r["status"].startswith("refused"), r
+        if r["kind"] == "bincheck" and r["status"] == "ok":
+            assert r["evals"] == r["expected_evals"], r
+    assert all(not r["status"].startswith("FAILED") for r in while_rows), while_rows
+
+
+def test_jax_benchmark_names_the_extra_when_equinox_is_missing(monkeypatch):
+    from benchmarks.jax.__main__ import import_peers
+    monkeypatch.setitem(sys.modules, "equinox", None)       # import equinox raises ImportError
+    with pytest.raises(SystemExit, match=r'pip install -e "\.\[jaxbench\]"'):
+        import_peers()

@@ -1,0 +1,1 @@
+"""``python -m benchmarks.jax``: bincheck.jax against JAX's own checkpointing and Equinox."""

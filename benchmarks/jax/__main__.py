@@ -1,0 +1,198 @@
+"""``python -m benchmarks.jax``: bincheck.jax against lax.scan, jax.checkpoint remat, nested √T
+remat and Equinox's checkpointed while loop; time, XLA temporaries, step evaluations.
+
+Quick default (about 3 minutes on the 2-core VM): tanh, LSTM and GRU cells, T=1000, H=128,
+B=32, I=128, 3 timed rounds, then a small bounded-while-loop table. ``--full``: the issue's
+H=256, I=256, 5 rounds (the while-loop table at H=256 too). ``--smoke``: tiny sizes, for the test
+suite (writes to a temporary folder unless ``--out`` is given). ``--while``: only the while-loop
+table (to ``while-<mode>.*``); ``--no-while``: only the RNN one. XLA on one thread (``XLA_FLAGS``,
+set here before jax is imported), float32, CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+MODES = {
+    "smoke": dict(cells=["lstm"], seq_len=20, hidden=8, batch=2, input_size=8,
+                  num_ckpts=[3], fractions=[0.05], rounds=3),
+    "quick": dict(cells=["tanh", "lstm", "gru"], seq_len=1000, hidden=128, batch=32,
+                  input_size=128, num_ckpts=[10, 20, 50], fractions=[0.05], rounds=3),
+    "full": dict(cells=["tanh", "lstm", "gru"], seq_len=1000, hidden=256, batch=32,
+                 input_size=256, num_ckpts=[10, 20, 50], fractions=[0.05], rounds=5),
+}
+WHILE_MODES = {
+    "smoke": dict(max_steps=40, hidden=8, batch=2, input_size=8, num_ckpts=[3], rounds=3),
+    "quick": dict(max_steps=1000, hidden=32, batch=8, input_size=32, num_ckpts=[10], rounds=3),
+    "full": dict(max_steps=1000, hidden=256, batch=32, input_size=256, num_ckpts=[10, 50],
+                 rounds=5),
+}
+RESULTS = os.path.join("benchmarks", "jax", "results")
+XLA_ONE_THREAD = ("--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1")
+INSTALL = 'pip install -e ".[jaxbench]"'
+# what bincheck.jax imports: a change elsewhere in bincheck/ does not change these results
+LIBRARY = ("bincheck/jax", "bincheck/schedule", "bincheck/runtime", "bincheck/__init__.py")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.jax",
+        description="Gradient time, XLA temporaries and step evaluations of bincheck.jax, "
+                    "lax.scan, scan of jax.checkpoint, nested √T remat and Equinox's "
+                    "checkpointed while loop on RNN cells, then the bounded-while-loop table; "
+                    "CPU, float32, XLA on one thread. Without options: the quick run (tanh, "
+                    "LSTM, GRU; T=1000, H=128, B=32; a small while-loop table).")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--full", action="store_true",
+                      help="the issue's sizes: T=1000, H=256, B=32, I=256; 5 rounds (and the "
+                           "while-loop table at H=256)")
+    mode.add_argument("--smoke", action="store_true",
+                      help="tiny sizes (T=20, H=8), seconds; for the test suite")
+    part = p.add_mutually_exclusive_group()
+    part.add_argument("--while", dest="while_only", action="store_true",
+                      help="only the bounded-while-loop table (n << m and n ~ m), written to "
+                           "while-<mode>.*")
+    part.add_argument("--no-while", action="store_true", help="only the RNN table")
+    p.add_argument("--cells", help="comma-separated subset of tanh,lstm,gru")
+    p.add_argument("--rounds", type=int, help="timed rounds (median; at least 3)")
+    p.add_argument("--seed", type=int, default=0, help="seed of parameters and inputs")
+    p.add_argument("--out", help=f"output folder (default {RESULTS}; --smoke: a temporary one)")
+    p.add_argument("--replot", metavar="JSON",
+                   help="redraw the table (and the plot) from an earlier results JSON; no runs")
+    args = p.parse_args(argv)
+    args.mode = "full" if args.full else "smoke" if args.smoke else "quick"
+    cfg, wcfg = dict(MODES[args.mode]), dict(WHILE_MODES[args.mode])
+    if args.cells:
+        cells = [c.strip() for c in args.cells.split(",") if c.strip()]
+        bad = [c for c in cells if c not in ("tanh", "lstm", "gru")]
+        if bad or not cells:
+            p.error(f"--cells: expected a subset of tanh,lstm,gru; got {args.cells!r}")
+        cfg["cells"] = cells
+    if args.rounds is not None:
+        if args.rounds < 3:
+            p.error(f"--rounds must be at least 3 (the time is a median); got {args.rounds}")
+        cfg["rounds"] = wcfg["rounds"] = args.rounds
+    args.cfg = None if args.while_only else cfg
+    args.while_cfg = None if args.no_while else wcfg
+    if args.out is None:
+        args.out = tempfile.mkdtemp(prefix="bincheck-jax-smoke-") if args.smoke else RESULTS
+    return args
+
+
+def library_version() -> tuple[str, list[str]]:
+    """The checkout's commit, with "+dirty" when the code bincheck.jax runs (:data:`LIBRARY`)
+    has uncommitted changes, and the files that differ."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *LIBRARY],
+                               capture_output=True, text=True, timeout=10).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", []
+    dirty = [line[3:] for line in dirty if line.strip()]
+    return (head or "unknown") + ("+dirty" if dirty else ""), dirty
+
+
+def load_average() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def pin_xla() -> str:
+    """XLA on one thread, and the CPU backend: set before jax is imported."""
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    flags += [f for f in XLA_ONE_THREAD if f not in flags]
+    os.environ["XLA_FLAGS"] = " ".join(flags)
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    return os.environ["XLA_FLAGS"]
+
+
+def import_peers():
+    """jax and Equinox, or a usable error naming the extra that installs them."""
+    try:
+        import jax
+        import equinox
+    except ImportError as err:
+        raise SystemExit(f"benchmarks.jax needs jax and Equinox (the peer): {INSTALL}  "
+                         f"({err})") from None
+    return jax, equinox
+
+
+def write_all(out: str, name: str, meta: dict, rows: list, while_rows: list | None) -> str:
+    from ..rnn.report import write_atomic
+    from .plot import plot_png
+    from .report import json_bytes, markdown
+    write_atomic(os.path.join(out, f"{name}.json"), json_bytes(meta, rows, while_rows))
+    text = markdown(meta, rows, while_rows)
+    write_atomic(os.path.join(out, f"{name}.md"), text.encode())
+    png = plot_png(rows, f"bincheck.jax vs lax.scan, remat and Equinox, {meta['mode']} run "
+                         f"{meta['date'][:10]}, CPU float32, XLA on 1 thread") if rows else None
+    if png is not None:
+        write_atomic(os.path.join(out, f"{name}.png"), png)
+    return text
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.replot:
+        from .report import rows_from_json
+        meta, rows, while_rows = rows_from_json(args.replot)
+        name = os.path.splitext(os.path.basename(args.replot))[0]
+        print(write_all(args.out, name, meta, rows, while_rows))
+        return 0
+    xla_flags = pin_xla()
+    jax, equinox = import_peers()
+    name = f"while-{args.mode}" if args.cfg is None else args.mode
+    commit, dirty = library_version()
+    meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), mode=args.mode,
+                part="while" if args.cfg is None else "rnn" if args.while_cfg is None else
+                "all", jax=jax.__version__, equinox=equinox.__version__,
+                bincheck_commit=commit, bincheck_dirty=dirty, xla_flags=xla_flags,
+                python=platform.python_version(), machine=platform.machine(),
+                cpus=os.cpu_count(), load_start=load_average(), load_end=None, seconds=None,
+                config=args.cfg, while_config=args.while_cfg, seed=args.seed)
+    t0 = time.perf_counter()
+    rows: list = []
+    while_rows = None
+
+    def save() -> str:
+        meta.update(load_end=load_average(), seconds=time.perf_counter() - t0)
+        return write_all(args.out, name, meta, rows, while_rows)   # whole files every time
+
+    if args.cfg is not None:
+        from .harness import run_cell
+        from .problem import Problem
+        cfg = args.cfg
+        for cell in cfg["cells"]:
+            prob = Problem(cell, cfg["seq_len"], cfg["hidden"], cfg["batch"],
+                           cfg["input_size"], args.seed)
+            print(f"{cell}: {prob.describe()}", file=sys.stderr)
+            rows += run_cell(prob, cfg["num_ckpts"], cfg["fractions"], cfg["rounds"])
+            save()
+    if args.while_cfg is not None:
+        from .whileloop import run_while
+        w = args.while_cfg
+        print(f"while loop: m={w['max_steps']}, H={w['hidden']}, B={w['batch']}",
+              file=sys.stderr)
+        while_rows = run_while(w["max_steps"], w["hidden"], w["batch"], w["input_size"],
+                               w["num_ckpts"], w["rounds"], args.seed)
+    print(save())
+    failed = [r for r in rows + (while_rows or []) if r.status.startswith("FAILED")]
+    print(f"{len(rows)} RNN runs, {len(while_rows or [])} while-loop strategies in "
+          f"{meta['seconds']:.0f} s; results in {args.out}/{name}.*"
+          + (f"; {len(failed)} FAILED (gradient mismatch)" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
