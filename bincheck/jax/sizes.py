@@ -55,9 +55,9 @@ def aligned(leaves: list) -> int:
     return sum(-(-nbytes([v]) // ALIGN) * ALIGN for v in leaves)
 
 
-def estimate(flat: Flat) -> Sizes:
+def measure(flat: Flat) -> Sizes:
     """Sizes by accounting: one compiled taped step's temporaries plus the buffers the sweep
-    carries and its bookkeeping (see the module docstring). An upper bound used as a fallback."""
+    carries and its bookkeeping (see the module docstring)."""
     spec = lambda leaves: [jax.ShapeDtypeStruct(np.shape(v), v.dtype) for v in leaves]  # noqa
     x0 = [jax.ShapeDtypeStruct(np.shape(v)[1:], v.dtype) for v in flat.x]
 
@@ -77,5 +77,3 @@ def estimate(flat: Flat) -> Sizes:
     return Sizes(state_bytes=max(state, 1), tape_bytes=None,
                  work_bytes=temp + carried + slices + bookkeeping)
 
-
-measure = estimate

@@ -27,7 +27,7 @@ from jax.custom_derivatives import SymbolicZero
 
 from ..schedule.budget import parse_bytes
 from ..schedule.validate import (NUM_CKPTS_RULE, check_callable, check_int,
-                                 check_positive_int, exactly_one_budget)
+                                 check_positive_int, exactly_one_budget, short_repr)
 from . import revolve
 from .boundary import _pick, _put, inexact
 from .sizes import nbytes
@@ -94,6 +94,10 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any, *,
         if a.shape != b.shape or a.dtype != b.dtype:
             raise ValueError(f"body_fun must keep every leaf's shape and dtype; leaf {i} went "
                              f"from {b.dtype}{list(b.shape)} to {a.dtype}{list(a.shape)}")
+    verdict = jax.eval_shape(cond_fun, init_val)
+    if not (hasattr(verdict, "shape") and verdict.shape == () and verdict.dtype == bool):
+        raise TypeError(f"cond_fun must return a scalar bool (as for lax.while_loop); it returned "
+                        f"{short_repr(verdict)}")
     if max_steps == 0:
         return init_val
     body, b_consts = jax.closure_convert(body_fun, init_val)
