@@ -216,10 +216,14 @@ def test_planner_tables_are_built_at_planning_time_and_counted():
     d = Sizes(10_000, None, 10_000, 1e-3, 3e-3, write_seconds=2e-3, read_seconds=2e-3)
     with_disk = BudgetPlan(2000, 110_000, d, disk=True)
     assert 4 * 8 * 2001 <= with_disk.table_bytes <= 4 * 8 * 2001 + 1000
-    assert with_disk.checkpoints == (100_000 - with_disk.table_bytes) // 10_000 == 3
+    # ... and from them too the two states the background I/O holds
+    assert with_disk.uses_disk and with_disk.disk_note == "used"
+    assert with_disk.checkpoints == (100_000 - with_disk.table_bytes - 20_000) // 10_000 == 1
     assert with_disk.peak_bytes <= 110_000
-    with pytest.raises(ValueError, match="disk planner's table"):
-        BudgetPlan(2000, 70_000, d, disk=True)
+    # no RAM slot left beside them: the disk is declined, the plan is RAM alone's
+    declined = BudgetPlan(2000, 90_000, d, disk=True)
+    assert not declined.uses_disk and "disk planner's table" in declined.disk_note
+    assert list(declined) == list(BudgetPlan(2000, 90_000, d))
 
 
 def test_dp_rows_that_would_not_fit_are_never_built():

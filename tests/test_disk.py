@@ -19,6 +19,10 @@ from bincheck.schedule.disk import DiskPlan
 from bincheck.schedule.online import DiskOnlinePlanner
 from helpers import drive_online, plain_loop, plain_while
 
+# These tests check the disk store (files, checksums, cleanup): the disk is priced as free so
+# that the planner uses it; whether it pays is tested in test_disk_pays.py.
+pytestmark = pytest.mark.usefixtures("cheap_disk")
+
 
 def brute(n, cm, w, r):
     """Least plain steps + w * writes + r * reads to reverse n steps, over every action sequence
@@ -276,9 +280,11 @@ def test_forward_mode_writes_no_snapshots(tmp_path):
         make_jvp(lambda a: np.sum(run(a, (0, U0))[1]))(0.1)(1.0)
         loop = binomial_checkpoint(heat, 40, memory="600kB", disk=str(tmp_path))
         make_jvp(lambda a: np.sum(loop(a, U0, None)))(0.1)(1.0)
+        assert written == []                 # no snapshot: the probes' timing uses no put
+        grad(lambda a: np.sum(loop(a, U0, None)))(0.1)
     finally:
         DiskStore.put = real_put
-    assert written == [0, 1] * 2             # the two probes' timing writes only
+    assert written                           # a gradient of the same loop does write
     assert os.listdir(tmp_path) == []
 
 

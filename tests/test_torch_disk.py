@@ -11,6 +11,9 @@ from bincheck.runtime.disk import CorruptSnapshotError, DiskStore  # noqa: E402
 from bincheck.torch.store import TENSORS  # noqa: E402
 from torch_helpers import assert_close, plain_loop, problem, requiring, tanh_cell  # noqa: E402
 
+# The disk is priced as free so that the planner uses it: these tests check the store.
+pytestmark = pytest.mark.usefixtures("cheap_disk")
+
 T = 60
 
 
@@ -45,7 +48,7 @@ def disk_problem():
 
 def test_disk_gradient_is_exact_and_leaves_nothing_behind(tmp_path):
     leaves, h0, xs = disk_problem()
-    loop = bt.binomial_checkpoint(tanh_cell, T, memory="70kB", disk=str(tmp_path))
+    loop = bt.binomial_checkpoint(tanh_cell, T, memory="80kB", disk=str(tmp_path))
     plan = loop.preview(tuple(leaves), h0, xs)
     assert plan.schedule.disk_writes > 0, str(plan)     # the budget forces states to disk
     got = torch.autograd.grad(loop(tuple(leaves), h0, xs).pow(2).sum(), leaves)
@@ -66,7 +69,7 @@ def test_files_are_removed_after_an_error_in_the_backward(tmp_path, error):
         if len(calls) == T + 10:           # the forward (with the probe) made T + 4
             raise error("stop")
         return tanh_cell(p, h, x)
-    loop = bt.binomial_checkpoint(failing, T, memory="70kB", disk=str(tmp_path))
+    loop = bt.binomial_checkpoint(failing, T, memory="80kB", disk=str(tmp_path))
     out = loop(tuple(leaves), h0, xs)
     assert os.listdir(tmp_path)                   # the call's private directory exists
     with pytest.raises(error):

@@ -51,6 +51,13 @@ class DiskRow:
     disk_written_mib: float | None = None
     disk_read_mib: float | None = None
     predicted_plain: int | None = None
+    vs_ram_only: float | None = None
+    disk_plan: str | None = None        # "used", or why the planner declined the disk
+    write_mb_s: float | None = None     # the probe's sustained throughput (fsync'ed, MB/s)
+    read_mb_s: float | None = None      # ... reading back with the page cache dropped
+    io_seconds: float | None = None     # time in snapshot file I/O and checksums
+    wait_seconds: float | None = None   # the part of it the gradient waited for
+    overlap: float | None = None        # 1 - wait / io
     status: str = "ok"
 
 
@@ -105,10 +112,14 @@ def _measure_child(kind: str, n: int, steps: int, memory: str) -> dict:
     seconds = time.perf_counter() - t0
     out = dict(seconds=seconds, rss=float(peak) - float(base))
     if loop is not None:
-        st = loop.stats
+        st, sz = loop.stats, plan.sizes
         out.update(plain=st.plain_steps, ram=st.peak_checkpoints,
                    written=st.disk_bytes_written, read=st.disk_bytes_read,
-                   predicted=plan.plain_steps)
+                   predicted=plan.plain_steps, note=plan.disk_note or None,
+                   io=st.disk_io_seconds, wait=st.disk_wait_seconds, overlap=st.disk_overlap)
+        if sz.write_seconds:
+            out.update(write_mb_s=u0.nbytes / sz.write_seconds / 1e6,
+                       read_mb_s=u0.nbytes / sz.read_seconds / 1e6)
     return out
 
 
@@ -153,11 +164,18 @@ def measure(quick: bool, progress=print) -> list[DiskRow]:
             row.plain_steps, row.checkpoints_in_ram = r["plain"], r["ram"]
             row.disk_written_mib, row.disk_read_mib = r["written"] / 2**20, r["read"] / 2**20
             row.predicted_plain = r["predicted"]
+            row.disk_plan = r["note"]
+            if r["io"]:
+                row.io_seconds, row.wait_seconds, row.overlap = r["io"], r["wait"], r["overlap"]
+            row.write_mb_s, row.read_mb_s = r.get("write_mb_s"), r.get("read_mb_s")
         rows.append(row)
         progress(f"  {kind}: {row.seconds:.1f} s, RSS +{row.rss_peak_mib:.0f} MiB")
+    ram = next((r for r in rows if r.run == "ram-only" and r.seconds), None)
     for row in rows:
         if row.seconds is not None and rows[0].seconds:
             row.vs_forward = row.seconds / rows[0].seconds
+        if row.seconds is not None and ram is not None and row.run != "forward":
+            row.vs_ram_only = ram.seconds / row.seconds
     return rows
 
 
@@ -165,18 +183,28 @@ def markdown(rows: list[DiskRow]) -> str:
     r0 = rows[0]
     out = [f"**Heat equation, {r0.n}x{r0.n} float64 grid ({r0.n * r0.n * 8 / 2**20:.2g} MiB "
            f"state), {r0.steps} steps, gradient w.r.t. the diffusion coefficient**", "",
-           "| run | budget | time (s) | vs plain forward | peak RSS increment (MiB) | plain "
-           "evals (predicted) | checkpoints in RAM | disk written / read (MiB) |",
-           "|---|---|---:|---:|---:|---:|---:|---:|"]
+           "| run | budget | time (s) | vs plain forward | speed-up over RAM only | peak RSS "
+           "increment (MiB) | plain evals (predicted) | checkpoints in RAM | disk written / "
+           "read (MiB) | I/O time / waited (s) | I/O overlapped |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if r.status != "ok":
-            out.append(f"| {r.run} | {r.memory} | {r.status} | | | | | |")
+            out.append(f"| {r.run} | {r.memory} | {r.status} | | | | | | | | |")
             continue
         evals = "–" if r.plain_steps is None else f"{r.plain_steps} ({r.predicted_plain})"
-        disk = "–" if r.disk_written_mib is None else \
+        disk = "–" if not r.disk_written_mib else \
             f"{r.disk_written_mib:.0f} / {r.disk_read_mib:.0f}"
-        out.append(f"| {r.run} | {r.memory} | {r.seconds:.1f} | {r.vs_forward:.2f}× | "
-                   f"{r.rss_peak_mib:.0f} | {evals} | {r.checkpoints_in_ram or '–'} | {disk} |")
+        io = "–" if r.io_seconds is None else f"{r.io_seconds:.1f} / {r.wait_seconds:.1f}"
+        overlap = "–" if r.overlap is None else f"{100 * r.overlap:.0f} %"
+        speed = "–" if r.vs_ram_only is None else f"{r.vs_ram_only:.2f}×"
+        out.append(f"| {r.run} | {r.memory} | {r.seconds:.1f} | {r.vs_forward:.2f}× | {speed} | "
+                   f"{r.rss_peak_mib:.0f} | {evals} | {r.checkpoints_in_ram or '–'} | {disk} | "
+                   f"{io} | {overlap} |")
+    disk = next((r for r in rows if r.run == "disk" and r.status == "ok"), None)
+    if disk is not None and disk.write_mb_s:
+        out += ["", f"Disk throughput measured by the probe (each state written and fsync'ed; "
+                    f"read back with the page cache dropped): write {disk.write_mb_s:.0f} MB/s, "
+                    f"read {disk.read_mb_s:.0f} MB/s. The planner: {disk.disk_plan}."]
     return "\n".join(out) + "\n"
 
 

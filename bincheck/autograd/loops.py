@@ -254,7 +254,8 @@ class CheckpointedLoop(_LoopBase):
             call.pending = Pending(None, None, stepper, stats)
             self.publish(call, stats)
             return (final, ys.value) if self.has_outputs else final
-        store = MemoryStore(open_disk(self._disk))
+        store = MemoryStore(open_disk(self._disk if getattr(schedule, "uses_disk", False)
+                                      else None))
         try:
             return self._first_sweep(call, schedule, stepper, state0, store, stats, ys)
         except BaseException:

@@ -32,7 +32,7 @@ import numpy as np
 from autograd.core import add_outgrads, vspace
 from autograd.util import toposort
 
-from ..runtime.disk import disk_seconds
+from ..runtime import disk as disk_tier
 from ..schedule.budget import Sizes
 from ..tree import flatten
 from .boundary import differentiable
@@ -173,7 +173,7 @@ def probe(stepper: PlainStepper, state0: Any, p_box: list, x_box: list,
     backward_peak = _backward_peak(ends, cots)
     t4 = time.perf_counter()
     work = tape_bytes + backward_peak + WORK_STATES * state_bytes + INTERPRETER_BYTES
-    write_s, read_s = disk_seconds(state1, disk) if disk not in (None, False) else (None, None)
+    write_s, read_s = disk_tier.disk_seconds(state1, disk) if disk not in (None, False) else (None, None)
     return Probe(Sizes(state_bytes, tape_bytes, work, max(min(plain_times), 1e-9),
                        max(min(taped_times) + (t4 - t3), 1e-9), write_s, read_s),
                  seg.meter.nodes, seg.meter.nbytes)

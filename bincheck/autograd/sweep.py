@@ -156,9 +156,8 @@ def reverse_sweep(call: Call, argnums: tuple, args: tuple, g: tuple) -> tuple:
         executor.tracker.finish()
     finally:
         if disk is not None:             # success or not, the call's files go now
-            pending.stats.disk_bytes_written = disk.bytes_written
-            pending.stats.disk_bytes_read = disk.bytes_read
-            disk.close()
+            disk.close()                 # waits for the worker: its I/O is all counted
+            pending.stats.add_disk(disk)
     stats = pending.stats
     stats.peak_snapshots = executor.tracker.peak_checkpoints
     sizes = getattr(call.schedule, "sizes", None)

@@ -10,12 +10,16 @@ reverse), so one executor serves both phases without anything being rebound on i
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
 from ..schedule.actions import Action, Advance, Free, Restore, Reverse, Snapshot
 from ..schedule.simulate import Tracker
 from .store import MemoryStore, Store
+
+
+LOOKAHEAD = 8          # actions held back at most while looking for the next Restore
 
 
 class Stepper(Protocol):
@@ -45,7 +49,11 @@ class Executor:
     def run(self, actions: Iterable[Action] | Iterator[Action], stepper: Stepper,
             observers: Sequence[Observer] = (), until: type | None = None) -> Action | None:
         """Apply ``actions`` in order. With ``until``, stop at the first action of that type and
-        return it unapplied (the caller continues from it); otherwise return None."""
+        return it unapplied (the caller continues from it); otherwise return None. With a store
+        that reads ahead (a disk tier) and no ``until``, each disk read starts before the step or
+        segment that precedes its ``Restore`` (``_ahead``)."""
+        if until is None and getattr(self.store, "reads_ahead", False):
+            actions = self._ahead(iter(actions))
         for action in actions:
             if type(action) is until:
                 return action
@@ -58,6 +66,26 @@ class Executor:
             else:
                 self.apply(action, stepper)
         return None
+
+    def _ahead(self, actions: Iterator[Action]) -> Iterator[Action]:
+        """``actions``, telling the store which snapshot the next ``Restore`` reads before the
+        step or segment that precedes it runs, so that a disk read overlaps that computation.
+        Looks past ``Free`` actions only (a few; nothing else is held back)."""
+        held: deque = deque()
+        while True:
+            current = held.popleft() if held else next(actions, None)
+            if current is None:
+                return
+            if type(current) is Reverse or type(current) is Advance:
+                while len(held) < LOOKAHEAD and all(type(a) is Free for a in held):
+                    nxt = next(actions, None)
+                    if nxt is None:
+                        break
+                    held.append(nxt)
+                following = next((a for a in held if type(a) is not Free), None)
+                if type(following) is Restore:
+                    self.store.prefetch(following.index)
+            yield current
 
     def apply(self, action: Action, stepper: Stepper) -> None:
         self.tracker.apply(action)          # raises before any work if the action is invalid

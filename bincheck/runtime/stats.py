@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 
 @dataclass(repr=False)
@@ -22,7 +23,10 @@ class LoopStats:
     (counted exactly) plus, for loops with a ``memory`` budget, the taped segment's steps at the
     measured tape size and the measured working set (see :mod:`bincheck.autograd.probe`).
     ``disk_bytes_written`` / ``disk_bytes_read``: array bytes of snapshots written to and read
-    from disk (loops with ``disk=...``).
+    from disk (loops with ``disk=...``); ``disk_io_seconds``: time spent writing, reading and
+    checksumming them (mostly on a background thread), ``disk_wait_seconds``: the part of it the
+    loop waited for, so ``disk_overlap = 1 - disk_wait_seconds / disk_io_seconds`` of the I/O ran
+    beside the computation.
 
     ``num_steps`` is the number of steps the call ran (a while loop's length).
 
@@ -43,6 +47,22 @@ class LoopStats:
     disk_bytes_written: int = 0
     disk_bytes_read: int = 0
     num_steps: int | None = None
+    disk_io_seconds: float = 0.0
+    disk_wait_seconds: float = 0.0
+
+    def add_disk(self, disk: Any) -> None:
+        """Add what a call's disk store wrote, read and waited for."""
+        self.disk_bytes_written += disk.bytes_written
+        self.disk_bytes_read += disk.bytes_read
+        self.disk_io_seconds += disk.io_seconds
+        self.disk_wait_seconds += disk.wait_seconds
+
+    @property
+    def disk_overlap(self) -> float | None:
+        """The share of the disk I/O that ran beside the computation (None without I/O)."""
+        if not self.disk_io_seconds:
+            return None
+        return max(0.0, 1.0 - self.disk_wait_seconds / self.disk_io_seconds)
 
     def __repr__(self) -> str:
         # The field keeps its pre-0.2 name (keyword, asdict); its repr uses today's.

@@ -70,6 +70,16 @@ class MemoryStore:
         self.nbytes -= entry[1]
         return entry[0]
 
+    @property
+    def reads_ahead(self) -> bool:
+        """Whether :meth:`prefetch` can start a read (a disk tier with a background worker)."""
+        return self.disk is not None and getattr(self.disk, "background", False)
+
+    def prefetch(self, index: int) -> None:
+        """The schedule restores ``index`` next: start reading it if it is on disk."""
+        if index not in self._states and self.disk is not None and index in self.disk:
+            self.disk.prefetch(index)
+
     def __contains__(self, index: object) -> bool:
         return index in self._states or (self.disk is not None and index in self.disk)
 

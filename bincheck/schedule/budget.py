@@ -17,62 +17,30 @@ an estimate that leaves out memory effects (store-all's large tapes often run sl
 
 from __future__ import annotations
 
-import math
-import numbers
-import re
 import sys
 import warnings
 from array import array
-from decimal import Decimal
-from fractions import Fraction
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from .actions import Action
 from .binomial import Plan
-from .disk import DiskPlan, DiskTable
+from .disk import DiskPlan, DiskTable, MixedInner
 from .mixed import MixedPlan
 from .online import DiskOnlinePlanner, OnlinePlanner, disk_period
-from .validate import _is_bool, check_positive_int, exactly_one_budget, short_repr
+from .units import format_bytes, parse_bytes
+from .validate import check_positive_int, exactly_one_budget, short_repr
 
-_UNITS = {"B": 1, "kB": 10**3, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+__all__ = ["BudgetPlan", "MemoryBudget", "Sizes", "format_bytes", "memory_for", "online_planner",
+           "parse_bytes", "plan"]
+
 # Above this many element operations (a few seconds) the exact mixed DP is not run: see BudgetPlan.
 DP_WORK_LIMIT = 50_000_000
-_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
-
-
-def parse_bytes(value: object, name: str = "memory") -> int:
-    """Bytes from a number or a string with a unit: ``"200MB"``, ``"1.5 GiB"``, ``"64 kB"``.
-
-    Units: B, kB (= KB), MB, GB, TB (powers of 1000) and KiB, MiB, GiB, TiB (powers of 1024).
-    Strings and numbers follow the same rules: the size is taken exactly (no float rounding),
-    rounded down to whole bytes and must come to at least 1 byte; ``"1.5 B"`` and ``1.5`` are 1
-    byte. There is no upper bound: a budget larger than the loop can use simply means that every
-    state fits (planning is bounded by the number of steps, not the budget); ``inf`` and
-    ``nan`` are not sizes and are refused.
-    """
-    if isinstance(value, str):
-        match = _SIZE.fullmatch(value)
-        unit = match.group(2) if match else None
-        if match is None or (unit or "B") not in _UNITS:
-            raise ValueError(
-                f"{name} must be a number of bytes or a size such as '200MB' or '1.5 GiB' "
-                f"(units: {', '.join(_UNITS)}); got {short_repr(value)}")
-        number = Fraction(match.group(1)) * _UNITS[unit or "B"]
-    elif _is_bool(value) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number of bytes or a string such as '200MB'; got "
-                        f"{short_repr(value)} of type {type(value).__name__}")
-    elif isinstance(value, numbers.Integral):
-        number = Fraction(int(value))
-    else:
-        value = float(value)
-        if not math.isfinite(value):
-            raise ValueError(f"{name} must be a finite number of bytes; got {short_repr(value)}")
-        number = Fraction(value)
-    if number < 1:
-        raise ValueError(f"{name} must be at least 1 byte; got {short_repr(value)}")
-    return math.floor(number)
+# With a disk tier: states the background I/O holds beside the schedule's (one being written
+# behind, one read ahead), and the least predicted saving (a share of the gradient's time)
+# for which the disk is used at all.
+IO_STATES = 2
+DISK_MIN_GAIN = 0.02
 
 
 @dataclass(frozen=True)
@@ -129,24 +97,16 @@ class BudgetPlan:
         store = memory - sizes.work_bytes
         slots = self._slots = store // sizes.state_bytes
         self.table_bytes = 0                # the planner's own tables, inside the budget
+        self.write_cost = self.read_cost = 0.0      # seconds per state, overlap credited
+        self.ram_schedule = None
+        self.disk_note = ""                 # with disk: "used", or why it was declined
+        self._ram_plan(seq_len, store, slots)
         if disk:
-            # States only: RAM slots and unlimited disk, priced by measured write/read times.
-            if not (sizes.step_seconds and sizes.write_seconds is not None and
-                    sizes.read_seconds is not None):
-                raise ValueError("planning with disk needs step_seconds, write_seconds and "
-                                 "read_seconds (loop.preview measures them)")
-            self.table_bytes = DiskTable.bytes_for(seq_len)
-            slots = self._slots = (store - self.table_bytes) // sizes.state_bytes
-            if slots < 1:
-                raise ValueError(
-                    f"memory={memory} bytes is below the least this loop needs with disk: one "
-                    f"stored state ({sizes.state_bytes} bytes), the working set "
-                    f"({sizes.work_bytes} bytes) and the disk planner's table for {seq_len} "
-                    f"steps ({self.table_bytes} bytes)")
-            self.schedule = DiskPlan(seq_len, slots, sizes.write_seconds / sizes.step_seconds,
-                                     sizes.read_seconds / sizes.step_seconds)
-            self.schedule_bytes = min(slots, seq_len) * sizes.state_bytes + self.table_bytes
-            return
+            self._disk_plan(seq_len, store)
+
+    def _ram_plan(self, seq_len: int, store: int, slots: int) -> None:
+        """The best plan in RAM alone: Revolve, or the mixed policy where kept tapes help."""
+        sizes = self.sizes
         self.schedule: Plan | MixedPlan = Plan(seq_len, slots)     # states only: Revolve
         self.schedule_bytes = min(slots, seq_len) * sizes.state_bytes
         # Kept tapes can help only if one fits beside the working set (the longest leaf, with
@@ -158,6 +118,50 @@ class BudgetPlan:
             if mixed is not None and mixed.plain_steps < self.schedule.plain_steps:
                 self.schedule, self.table_bytes = mixed, mixed.nbytes
                 self.schedule_bytes = mixed.memory + self.table_bytes
+        self.ram_schedule = self.schedule
+
+    def _disk_plan(self, seq_len: int, store: int) -> None:
+        """With a disk tier: Disk-Revolve over the RAM left once the disk planner's table and the
+        two states the background I/O holds (one written behind, one read ahead) are set aside,
+        its RAM part run by the mixed policy where the mixed table is closed-form (else by
+        Revolve); kept only if it is predicted to save at least ``DISK_MIN_GAIN`` of the
+        gradient's time over RAM alone, else the disk is declined (``uses_disk`` False)."""
+        sizes = self.sizes
+        if not (sizes.step_seconds and sizes.write_seconds is not None and
+                sizes.read_seconds is not None):
+            raise ValueError("planning with disk needs step_seconds, write_seconds and "
+                             "read_seconds (loop.preview measures them)")
+        self.write_cost, self.read_cost = io_costs(sizes)
+        table = DiskTable.bytes_for(seq_len)
+        ram = store - table - IO_STATES * sizes.state_bytes
+        cm = ram // sizes.state_bytes
+        if cm < 1:
+            self.disk_note = (f"declined: the disk planner's table ({table} bytes) and "
+                              f"{IO_STATES} states in flight leave no RAM slot")
+            return
+        inner, inner_bytes = None, min(cm, seq_len) * sizes.state_bytes
+        if sizes.tape_bytes is not None and ram >= sizes.tape_bytes:
+            mixed = MixedPlan(seq_len, ram, sizes.state_bytes, sizes.tape_bytes)
+            inner = MixedInner(mixed.table, mixed.top, cm)
+            inner_bytes = max(inner_bytes, mixed.memory)
+        step = sizes.step_seconds
+        plan = DiskPlan(seq_len, cm, self.write_cost / step, self.read_cost / step, inner)
+        if inner is not None:
+            plan.plain_steps                    # walks the schedule once
+            if mixed.table.dp_rows:             # a walk needed exact-DP rows: not budgeted
+                inner, inner_bytes = None, min(cm, seq_len) * sizes.state_bytes
+                plan = DiskPlan(seq_len, cm, self.write_cost / step, self.read_cost / step)
+        ram_time = self.ram_schedule.plain_steps * step
+        disk_time = plan.cost * step
+        total = seq_len * (sizes.taped_step_seconds or step)
+        if disk_time >= ram_time - DISK_MIN_GAIN * (total + ram_time):
+            self.disk_note = (f"declined: predicted {disk_time:.3g} s of recomputation and I/O "
+                              f"against {ram_time:.3g} s of recomputation in RAM alone")
+            return
+        self.schedule, self.table_bytes = plan, table
+        self.schedule_bytes = inner_bytes + table + IO_STATES * sizes.state_bytes
+        self._slots = cm
+        self.disk_note = "used"
 
     def _mixed(self, store: int) -> MixedPlan | None:
         """The mixed plan whose snapshots, kept tapes and walk fit ``store`` bytes, or None (store
@@ -229,15 +233,30 @@ class BudgetPlan:
         return self.sizes.work_bytes + self.schedule_bytes
 
     @property
+    def uses_disk(self) -> bool:
+        """Whether the plan stores states on disk (False: RAM alone, by request or because the
+        disk was declined: ``disk_note`` says why)."""
+        return isinstance(self.schedule, DiskPlan)
+
+    @property
+    def extra_seconds(self) -> float | None:
+        """Predicted seconds beyond store-all's: the plain steps, and the disk I/O that does not
+        overlap computation (None without ``step_seconds``)."""
+        s = self.sizes
+        if not s.step_seconds:
+            return None
+        extra = self.plain_steps * s.step_seconds
+        if isinstance(self.schedule, DiskPlan):
+            extra += self.schedule.disk_writes * self.write_cost + \
+                self.schedule.disk_reads * self.read_cost
+        return extra
+
+    @property
     def relative_time(self) -> float | None:
         s = self.sizes
         if not s.step_seconds or not s.taped_step_seconds:
             return None
-        extra = self.plain_steps * s.step_seconds
-        if isinstance(self.schedule, DiskPlan):
-            extra += self.schedule.disk_writes * s.write_seconds + \
-                self.schedule.disk_reads * s.read_seconds
-        return 1.0 + extra / (self.seq_len * s.taped_step_seconds)
+        return 1.0 + self.extra_seconds / (self.seq_len * s.taped_step_seconds)
 
     def __repr__(self) -> str:
         return f"BudgetPlan({self.seq_len}, memory={self.memory}, {self.sizes})"
@@ -245,7 +264,10 @@ class BudgetPlan:
     def __str__(self) -> str:
         l, s = self.seq_len, self.sizes
         kind = "mixed (states and taped segments)" if isinstance(self.schedule, MixedPlan) \
-            else "disk (states in RAM and on disk)" if isinstance(self.schedule, DiskPlan) \
+            else ("disk (states in RAM and on disk, taped segments in RAM)"
+                  if isinstance(self.schedule.table.inner, MixedInner)
+                  else "disk (states in RAM and on disk)") \
+            if isinstance(self.schedule, DiskPlan) \
             else "binomial (states only)"
         lines = [f"{kind} plan: {l} steps within {format_bytes(self.memory)}",
                  f"  state {format_bytes(s.state_bytes)}, step tape "
@@ -257,7 +279,8 @@ class BudgetPlan:
                  f"  taped evaluations : {l}",
                  *([f"  disk              : {self.schedule.disk_writes} writes, "
                     f"{self.schedule.disk_reads} reads of {format_bytes(s.state_bytes)}"]
-                   if isinstance(self.schedule, DiskPlan) else []),
+                   if isinstance(self.schedule, DiskPlan) else
+                   [f"  disk              : {self.disk_note}"] if self.disk else []),
                  *([f"  planner memory    : {format_bytes(self.table_bytes)} (in the budget)"]
                    if self.table_bytes else []),
                  f"  peak bytes        : {format_bytes(self.peak_bytes)} (at most)"]
@@ -272,16 +295,6 @@ class BudgetPlan:
         if self.relative_time is not None:
             lines.append(f"  predicted time    : {self.relative_time:.3g}x store-all")
         return "\n".join(lines)
-
-
-def format_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            # Decimal: a budget may exceed what a float holds (parse_bytes has no upper bound)
-            return f"{Decimal(n) / size:.3g} {unit}" if n > 2**1000 else f"{n / size:.3g} {unit}"
-    return f"{n} B"
 
 
 def memory_for(seq_len: int, max_relative_time: float, sizes: Sizes) -> int:
@@ -359,6 +372,17 @@ def _seconds(name: str, value: object) -> float | None:
     return float(value)
 
 
+def io_costs(sizes: Sizes) -> tuple[float, float]:
+    """Seconds a disk write and a disk read cost the loop, from the measured sustained times.
+
+    A read is started ahead, during the step or segment before its ``Restore``: one plain step
+    of it is credited (a taped step, longer, would hide more). A write is written behind, but is
+    priced in full: on the heat-equation benchmark the worker's copies, checksums and page-cache
+    traffic slowed the steps beside it by about as much as the overlap saved (see
+    ``benchmarks/budget/README.md``)."""
+    return sizes.write_seconds, max(0.0, sizes.read_seconds - sizes.step_seconds)
+
+
 def online_planner(memory: int, sizes: Sizes, disk: bool = False) -> tuple[int, object]:
     """A while loop's online planner holding the states that fit ``memory`` bytes beside the
     working set, and that number of states; with ``disk``, periodic disk checkpoints priced by
@@ -367,7 +391,10 @@ def online_planner(memory: int, sizes: Sizes, disk: bool = False) -> tuple[int, 
     if memory < sizes.minimum_memory:
         BudgetPlan(1, memory, sizes)            # raises, naming the minimum
     states = (memory - sizes.work_bytes) // sizes.state_bytes
-    if not disk:
+    if not disk or states <= IO_STATES:     # no RAM slot beside the I/O's own: RAM alone
         return states, OnlinePlanner(states)
+    # As for BudgetPlan: two states in flight, the same prices.
+    states -= IO_STATES
+    write, read = io_costs(sizes)
     return states, DiskOnlinePlanner(states, disk_period(
-        states, sizes.write_seconds / sizes.step_seconds, sizes.read_seconds / sizes.step_seconds))
+        states, write / sizes.step_seconds, read / sizes.step_seconds))

@@ -18,6 +18,12 @@ right part in RAM, read the start again and recurse. ``D1(1) = Dinf(1) = 0``. Bo
 min-plus convolutions of 1-D arrays (``min(map(add, ...))``), so the tables cost O(n^2)
 arithmetic at C speed: about 0.2 s for 2000 steps. ``tests/test_disk.py`` compares them with an
 exhaustive search over every action sequence (RAM and disk copies of any state) on small grids.
+
+Kept tapes. ``t(n)`` is whatever reversing ``n`` steps in RAM alone costs, so the same recursion
+holds with the RAM part run by the mixed policy (states and kept taped segments within the RAM
+bytes, :mod:`bincheck.schedule.mixed`): ``MixedInner`` supplies its cost ``R(n, top)`` and
+its actions. A budget planner (:class:`~bincheck.schedule.budget.BudgetPlan`) uses it where
+the mixed table answers every length from closed forms.
 """
 
 from __future__ import annotations
@@ -26,22 +32,74 @@ import sys
 from array import array
 from collections.abc import Iterator
 from operator import add
+from typing import Any
 
 from .actions import Action, Advance, Free, Restore, Reverse, Snapshot
 from .binomial import binomial_actions, optimal_plain_steps
+from .mixed import mixed_actions
 from .validate import check_positive_int
 
 
-class DiskTable:
-    """``D1`` and ``Dinf`` for every length up to ``seq_len`` (see the module docstring)."""
+class RevolveInner:
+    """How a segment is reversed in RAM alone: Revolve with ``cm`` slots (its cost ``t(n, cm)``)."""
 
-    def __init__(self, seq_len: int, cm: int, w: float, r: float) -> None:
+    def __init__(self, cm: int) -> None:
+        self.cm = cm
+
+    def cost(self, n: int) -> float:
+        return optimal_plain_steps(n, self.cm)
+
+    def actions(self, n: int, lo: int) -> Iterator[Action]:
+        """Reverse ``lo .. lo+n`` from the live, unstored state ``lo``."""
+        return binomial_actions(n, self.cm, offset=lo)
+
+    def actions_stored(self, n: int, lo: int) -> Iterator[Action]:
+        """The same with ``lo`` just stored in RAM; ends with that snapshot freed."""
+        yield from binomial_actions(n, self.cm, offset=lo, stored=True)
+        yield Free(lo)
+
+
+class MixedInner:
+    """Reversal in RAM with states *and* kept taped segments (Gruslys' mixed policy) within the
+    RAM budget, for the lengths where :class:`~bincheck.schedule.mixed_chain.ChainTable` has a
+    closed form for ``R(n, top)`` and it beats Revolve with ``cm`` slots; Revolve elsewhere (so
+    planning never builds the mixed policy's exact-DP rows; see :mod:`bincheck.schedule.mixed`).
+    """
+
+    def __init__(self, table: Any, top: int, cm: int) -> None:
+        self.table, self.top, self.revolve = table, top, RevolveInner(cm)
+
+    def _mixed(self, n: int) -> bool:
+        return self.table.dp_work(n, self.top) == 0 and \
+            self.table.cost(n, self.top) < self.revolve.cost(n)
+
+    def cost(self, n: int) -> float:
+        return self.table.cost(n, self.top) if self._mixed(n) else self.revolve.cost(n)
+
+    def actions(self, n: int, lo: int) -> Iterator[Action]:
+        if not self._mixed(n):
+            return self.revolve.actions(n, lo)
+        return mixed_actions(n, self.top, self.table, offset=lo)
+
+    def actions_stored(self, n: int, lo: int) -> Iterator[Action]:
+        if not self._mixed(n):
+            return self.revolve.actions_stored(n, lo)
+        return mixed_actions(n, self.top, self.table, offset=lo, stored=True)   # frees lo
+
+
+class DiskTable:
+    """``D1`` and ``Dinf`` for every length up to ``seq_len`` (see the module docstring), with
+    ``t(n)`` the cost of reversing ``n`` steps in RAM alone (``inner``: Revolve with ``cm``
+    slots by default, or the mixed policy's states and kept tapes)."""
+
+    def __init__(self, seq_len: int, cm: int, w: float, r: float, inner: Any = None) -> None:
         self.cm, self.w, self.r = cm, w, r
+        self.inner = inner = RevolveInner(cm) if inner is None else inner
         N = seq_len
         zeros = array("d", [0.0]) * (N + 1)        # allocated exactly (bytes_for)
         self.t = t = array("d", zeros)
         for n in range(1, N + 1):
-            t[n] = optimal_plain_steps(n, cm)
+            t[n] = inner.cost(n)
         self.d1, self.dinf = d1, dinf = array("d", zeros), array("d", zeros)
         self.a = a = array("d", zeros)                  # a[k] = k + D1(k)
         a[1] = 1.0
@@ -74,7 +132,7 @@ class DiskTable:
 def disk_actions(seq_len: int, table: DiskTable) -> Iterator[Action]:
     """The optimal schedule. Frames: ("inf", lo, hi): start live, unstored; ("one", lo, hi):
     start live, on disk; ("read", lo): restore the disk copy of ``lo``."""
-    cm = table.cm
+    inner = table.inner
     work: list[tuple] = [("inf", 0, seq_len)]
     while work:
         kind, lo, *rest = work.pop()
@@ -86,7 +144,7 @@ def disk_actions(seq_len: int, table: DiskTable) -> Iterator[Action]:
         if kind == "inf":
             j = table.split_inf(n)
             if j == 0:
-                yield from binomial_actions(n, cm, offset=lo)
+                yield from inner.actions(n, lo)
                 continue
             yield Snapshot(lo, "disk")
             yield Advance(lo, lo + j)
@@ -100,11 +158,10 @@ def disk_actions(seq_len: int, table: DiskTable) -> Iterator[Action]:
             if k == 0:                           # move the start from disk into a RAM slot
                 yield Free(lo)
                 yield Snapshot(lo)
-                yield from binomial_actions(n, cm, offset=lo, stored=True)
-                yield Free(lo)
+                yield from inner.actions_stored(n, lo)
                 continue
             yield Advance(lo, lo + k)
-            yield from binomial_actions(n - k, cm, offset=lo + k)   # the right part, in RAM
+            yield from inner.actions(n - k, lo + k)             # the right part, in RAM
             work += [("one", lo, lo + k), ("read", lo)]
 
 
@@ -114,14 +171,14 @@ class DiskPlan:
     ``disk_writes`` / ``disk_reads`` and the predicted ``cost`` in plain-step units."""
 
     def __init__(self, seq_len: int, checkpoints: int, write_cost: float,
-                 read_cost: float) -> None:
+                 read_cost: float, inner: Any = None) -> None:
         self.seq_len = check_positive_int("seq_len", seq_len)
         self.checkpoints = check_positive_int("checkpoints", checkpoints)
         for name, value in (("write_cost", write_cost), ("read_cost", read_cost)):
             if not value >= 0:
                 raise ValueError(f"{name} must be >= 0 (plain steps); got {value!r}")
         self.write_cost, self.read_cost = float(write_cost), float(read_cost)
-        self.table = DiskTable(seq_len, self.checkpoints, self.write_cost, self.read_cost)
+        self.table = DiskTable(seq_len, self.checkpoints, self.write_cost, self.read_cost, inner)
         self._counts: tuple | None = None
 
     def __iter__(self) -> Iterator[Action]:

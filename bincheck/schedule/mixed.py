@@ -102,15 +102,16 @@ class ReferenceTable:
         raise AssertionError("no split attains the table's optimum")   # pragma: no cover
 
 
-def mixed_actions(seq_len: int, slots: int,
-                  table: ChainTable | ReferenceTable) -> Iterator[Action]:
+def mixed_actions(seq_len: int, slots: int, table: ChainTable | ReferenceTable,
+                  offset: int = 0, stored: bool = False) -> Iterator[Action]:
     """The optimal schedule: store, advance and recurse; tape leaf segments whole.
 
     A subproblem entered with its start stored owns that snapshot and frees it *before* taping a
     leaf (from then on the tape holds the state). A right part that is a leaf is taped straight
-    from the live state, unstored, as Revolve reverses its last step.
+    from the live state, unstored, as Revolve reverses its last step. ``offset``: the steps are
+    ``offset .. offset + seq_len``; ``stored``: that start is already stored (and is freed).
     """
-    work: list[tuple] = [("rev", 0, seq_len, slots, False)]
+    work: list[tuple] = [("rev", offset, offset + seq_len, slots, stored)]
     while work:
         kind, lo, hi, s, stored = work.pop()
         if kind == "restore":

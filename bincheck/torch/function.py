@@ -147,8 +147,7 @@ class Call:
         stats.peak_bytes = max(stats.peak_bytes,
                                held + (sizes.work_bytes if sizes is not None else 0))
         if store.disk is not None:
-            stats.disk_bytes_written += store.disk.bytes_written
-            stats.disk_bytes_read += store.disk.bytes_read
+            stats.add_disk(store.disk)
         stats.library_seconds += time.perf_counter() - t0
         stats.num_steps = self.n
         self.loop.stats = stats

@@ -146,7 +146,7 @@ class CheckpointedLoop(_TorchLoop):
 
     def disk_for(self, schedule: Any) -> Any:
         """The disk directory a call with this schedule writes to (None: RAM only)."""
-        return self.disk if getattr(schedule, "disk", False) else None
+        return self.disk if getattr(schedule, "uses_disk", False) else None
 
     def preview(self, params: Any, init_state: Any, inputs: Any = None) -> BudgetPlan:
         """Measure one step (four evaluations of fn) and return the plan a gradient w.r.t. all
@@ -198,7 +198,9 @@ class SizeCache(BaseCache):
                 error = error or err
         if not plans:
             raise error
-        return min(plans, key=lambda plan: plan.plain_steps)
+        # fewest plain steps; with a disk tier, the least predicted recomputation and I/O time
+        return min(plans, key=lambda plan: plan.plain_steps if plan.extra_seconds is None
+                   else plan.extra_seconds)
 
 
 def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None, *,

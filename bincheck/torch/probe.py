@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from ..runtime.disk import disk_seconds
+from ..runtime import disk as disk_tier
 from ..runtime.stats import LoopStats
 from ..schedule.budget import Sizes
 from ..tree import flatten
@@ -104,7 +104,7 @@ def probe(call: Any, disk: Any = None) -> Measured:
              if w and differentiable(a)]
     # + the RNG state the snapshots share and the one being compared with it, and fork_rng's
     work = 2 * tape + WORK_STATES * state_bytes + 3 * rng
-    write_s, read_s = disk_seconds(state1, disk, TENSORS) if disk not in (None, False) \
+    write_s, read_s = disk_tier.disk_seconds(state1, disk, TENSORS) if disk not in (None, False) \
         else (None, None)
     mixed = Sizes(state_bytes, tape, work + 2 * sum(grads) + max(grads, default=0),
                   max(min(plain), 1e-9), max(min(taped), 1e-9), write_s, read_s)
