@@ -6,6 +6,7 @@ states, and declines the disk when it does not pay. The store writes behind and 
 worker thread; the executor tells it which ``Restore`` comes next.
 """
 
+import concurrent.futures
 import os
 import threading
 
@@ -23,6 +24,8 @@ from bincheck.schedule.actions import Advance, Free, Reverse
 from bincheck.schedule.budget import IO_STATES, BudgetPlan, Sizes
 from bincheck.schedule.disk import DiskPlan, MixedInner, RevolveInner
 from bincheck.schedule.mixed import MixedPlan
+from bincheck.schedule.online import DiskOnlinePlanner, OnlinePlanner
+from bincheck.schedule.online_budget import online_planner
 from helpers import plain_loop
 
 
@@ -116,6 +119,9 @@ def test_disk_planner_keeps_taped_segments_where_they_pay():
     # a segment longer than one step is taped whole somewhere, and the disk is used
     assert any(type(a) is Reverse and a.stop - a.start > 1 for a in plan)
     assert cost.disk_writes > 0
+    # where the first sweep stops is the first Reverse's start, whatever the RAM part
+    first = next(a for a in plan if type(a) is Reverse)
+    assert plan.first_reverse_start == plan.schedule.first_reverse_start == first.start
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 40, 150])
@@ -142,11 +148,14 @@ def test_price_is_measured_on_synced_writes_and_uncached_reads(tmp_path, monkeyp
     monkeypatch.setattr(disk_tier, "_drop_cache", lambda name: dropped.append(name))
     state = numpy.zeros(2**18)                   # 2 MiB: 16 files (32 MiB)
     write, read = disk_tier.disk_seconds(state, str(tmp_path))
-    assert len(synced) == len(dropped) == disk_tier.PROBE_MAX_FILES
+    assert len(synced) == len(dropped) == 16
     assert write > 0 and read > 0
     synced.clear()
     disk_tier.disk_seconds(numpy.zeros(2**23), str(tmp_path))   # 64 MiB: two files at least
     assert len(synced) == 2
+    synced.clear()
+    disk_tier.disk_seconds(numpy.zeros(16), str(tmp_path))      # 128 B: as many as allowed
+    assert len(synced) == disk_tier.PROBE_MAX_FILES
     assert os.listdir(tmp_path) == []
 
 
@@ -178,6 +187,25 @@ def test_a_background_write_error_is_raised_not_lost(tmp_path, monkeypatch):
         store.put(0, numpy.ones(4))
         with pytest.raises(OSError, match="could not write snapshot file"):
             store.get(0)
+    finally:
+        store.close()
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_failed_write_is_raised_by_the_next_call_once_it_has_failed(tmp_path, monkeypatch):
+    """Not only by a call that needs that snapshot: by any call after the failure."""
+    real_save = numpy.save
+    store = DiskStore(str(tmp_path), background=True)
+    try:
+        store.put(0, numpy.ones(4))
+        concurrent.futures.wait([store._writing])
+        monkeypatch.setattr(numpy, "save", lambda *a, **k: (_ for _ in ()).throw(
+            OSError(28, "No space left on device")))
+        store.put(1, numpy.ones(4))
+        concurrent.futures.wait([store._writing])
+        monkeypatch.setattr(numpy, "save", real_save)
+        with pytest.raises(OSError, match="1-0.npy"):
+            store.get(0)                         # snapshot 0 is fine; the failure of 1 is told
     finally:
         store.close()
     assert os.listdir(tmp_path) == []
@@ -241,6 +269,16 @@ def test_every_disk_read_is_started_before_the_computation_that_precedes_it(tmp_
             # the computation just before it ran after its prefetch was issued
             last = max(j for j in range(k) if log[j][0] in ("advance", "reverse"))
             assert ("prefetch", event[1]) in log[:last]
+
+
+def test_while_loop_budget_too_small_for_the_disk_warns_and_keeps_ram():
+    sizes = Sizes(state_bytes=10_000, tape_bytes=None, work_bytes=50_000, step_seconds=1e-3,
+                  taped_step_seconds=3e-3, write_seconds=1e-4, read_seconds=1e-4)
+    with pytest.warns(RuntimeWarning, match="disk tier is not used"):
+        states, planner = online_planner(75_000, sizes, disk=True)
+    assert states == 2 and isinstance(planner, OnlinePlanner)
+    states, planner = online_planner(95_000, sizes, disk=True)       # 4 states: 2 in flight
+    assert states == 4 - IO_STATES and isinstance(planner, DiskOnlinePlanner)
 
 
 def test_reads_ahead_only_with_a_disk():

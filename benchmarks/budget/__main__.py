@@ -229,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="T=300, H=64, B=32")
     p.add_argument("--cell", choices=sorted(CELLS), default="tanh")
     p.add_argument("--fractions", type=_percentages, help="budgets in %% of store-all, e.g. 1,5,25")
-    p.add_argument("--repeats", type=_count, help="timed gradients per run (median)")
+    p.add_argument("--repeats", type=_count, help="timed gradients per run (median); with "
+                                                  "--disk, rounds of the three runs (default 3, "
+                                                  "--quick 1)")
     p.add_argument("--out", default=os.path.join("benchmarks", "budget", "out"))
     p.add_argument("--disk", action="store_true",
                    help="the disk-tier benchmark instead: a heat equation whose snapshots do "
@@ -238,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.disk:
         from . import disk
         print(f"disk benchmark ({'quick' if args.quick else 'full'})", flush=True)
-        rows = disk.measure(args.quick)
+        rows = disk.measure(args.quick, repeats=args.repeats or (1 if args.quick else 3))
         table = disk.markdown(rows)
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=list(disk.as_dicts(rows)[0]), lineterminator="\n")

@@ -58,6 +58,8 @@ class DiskRow:
     io_seconds: float | None = None     # time in snapshot file I/O and checksums
     wait_seconds: float | None = None   # the part of it the gradient waited for
     overlap: float | None = None        # 1 - wait / io
+    round_seconds: list | None = None   # each round's time (the row reports the median round)
+    round_speedups: list | None = None  # each round's RAM-only time / this run's
     status: str = "ok"
 
 
@@ -141,25 +143,42 @@ def run_child(kind: str, n: int, steps: int, memory: str) -> dict:
             proc.kill()
 
 
-def measure(quick: bool, progress=print) -> list[DiskRow]:
+def measure(quick: bool, progress=print, repeats: int = 1) -> list[DiskRow]:
+    """The three runs, ``repeats`` rounds (each round runs each once, in turn, so that a change
+    in the machine's load falls on all of them); each row reports the median round."""
     cfg = QUICK if quick else FULL
     n, steps, memory = cfg["n"], cfg["steps"], cfg["memory"]
     status = check_gradient()
     progress(f"  gradient check (disk path vs store-all, 96x96, 150 steps): {status}")
+    kinds = ("forward", "disk", "ram-only")
+    results: dict[str, list[dict]] = {kind: [] for kind in kinds}
+    errors: dict[str, str] = {}
+    for round_ in range(repeats):
+        for kind in kinds:
+            if kind in errors or (status != "ok" and kind != "forward"):
+                continue
+            r = run_child(kind, n, steps, memory)
+            if "error" in r:
+                errors[kind] = r["error"]
+                progress(f"  {kind}: {r['error']}")
+                continue
+            results[kind].append(r)
+            progress(f"  round {round_ + 1}, {kind}: {r['seconds']:.1f} s, "
+                     f"RSS +{r['rss']:.0f} MiB")
     rows = []
-    for kind in ("forward", "disk", "ram-only"):
+    for kind in kinds:
         row = DiskRow(kind, n, steps, memory if kind != "forward" else "-")
+        runs = results[kind]
         if status != "ok" and kind != "forward":
             row.status = "not run: " + status
+        elif kind in errors:
+            row.status = errors[kind]
+        if row.status != "ok" or not runs:
             rows.append(row)
             continue
-        r = run_child(kind, n, steps, memory)
-        if "error" in r:
-            row.status = r["error"]
-            rows.append(row)
-            progress(f"  {kind}: {row.status}")
-            continue
-        row.seconds, row.rss_peak_mib = r["seconds"], r["rss"]
+        r = sorted(runs, key=lambda r: r["seconds"])[(len(runs) - 1) // 2]     # the median
+        row.seconds, row.rss_peak_mib = r["seconds"], max(x["rss"] for x in runs)
+        row.round_seconds = [x["seconds"] for x in runs]
         if "plain" in r:
             row.plain_steps, row.checkpoints_in_ram = r["plain"], r["ram"]
             row.disk_written_mib, row.disk_read_mib = r["written"] / 2**20, r["read"] / 2**20
@@ -169,13 +188,13 @@ def measure(quick: bool, progress=print) -> list[DiskRow]:
                 row.io_seconds, row.wait_seconds, row.overlap = r["io"], r["wait"], r["overlap"]
             row.write_mb_s, row.read_mb_s = r.get("write_mb_s"), r.get("read_mb_s")
         rows.append(row)
-        progress(f"  {kind}: {row.seconds:.1f} s, RSS +{row.rss_peak_mib:.0f} MiB")
     ram = next((r for r in rows if r.run == "ram-only" and r.seconds), None)
     for row in rows:
         if row.seconds is not None and rows[0].seconds:
             row.vs_forward = row.seconds / rows[0].seconds
         if row.seconds is not None and ram is not None and row.run != "forward":
             row.vs_ram_only = ram.seconds / row.seconds
+            row.round_speedups = [a / b for a, b in zip(ram.round_seconds, row.round_seconds)]
     return rows
 
 
@@ -201,12 +220,23 @@ def markdown(rows: list[DiskRow]) -> str:
                    f"{r.rss_peak_mib:.0f} | {evals} | {r.checkpoints_in_ram or '–'} | {disk} | "
                    f"{io} | {overlap} |")
     disk = next((r for r in rows if r.run == "disk" and r.status == "ok"), None)
+    if disk is not None and disk.round_seconds and len(disk.round_seconds) > 1:
+        out += ["", f"Medians of {len(disk.round_seconds)} rounds (each round runs each once, in "
+                    f"turn); the median round's counts. Disk times "
+                    f"{' / '.join(f'{t:.1f}' for t in disk.round_seconds)} s; speed-up over RAM "
+                    f"only per round {' / '.join(f'{x:.2f}×' for x in disk.round_speedups)}."]
     if disk is not None and disk.write_mb_s:
-        out += ["", f"Disk throughput measured by the probe (each state written and fsync'ed; "
-                    f"read back with the page cache dropped): write {disk.write_mb_s:.0f} MB/s, "
-                    f"read {disk.read_mb_s:.0f} MB/s. The planner: {disk.disk_plan}."]
+        out += ["", f"Disk throughput measured by the probe in the median round (each state "
+                    f"written and fsync'ed; read back with the page cache dropped): write "
+                    f"{disk.write_mb_s:.0f} MB/s, read {disk.read_mb_s:.0f} MB/s. The planner: "
+                    f"{disk.disk_plan}."]
     return "\n".join(out) + "\n"
 
 
 def as_dicts(rows: list[DiskRow]) -> list[dict]:
-    return [asdict(r) for r in rows]
+    out = [asdict(r) for r in rows]
+    for d in out:                                   # one CSV cell each
+        for key in ("round_seconds", "round_speedups"):
+            if d[key] is not None:
+                d[key] = " ".join(f"{x:.4g}" for x in d[key])
+    return out

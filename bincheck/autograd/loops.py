@@ -235,7 +235,8 @@ class CheckpointedLoop(_LoopBase):
                                     call.boxed_leaves(2), self._disk)
         plan = self.budget.plan(self.seq_len, self.schedule.memory, probed.sizes,
                                 self._disk is not None)
-        call.guard = TapeGuard(plan.memory, probed, plan.table_bytes, stepper.label)
+        call.guard = TapeGuard(plan.memory, probed, plan.table_bytes + plan.io_bytes,
+                               stepper.label)
         return plan
 
     def forward(self, call: Call, args: tuple) -> Any:

@@ -18,8 +18,9 @@ from ..runtime.executor import Executor
 from ..runtime.stats import LoopStats
 from ..runtime.store import MemoryStore
 from ..schedule.binomial import Plan
-from ..schedule.budget import online_planner
-from ..schedule.online import OnlinePlanner
+from ..schedule.budget import IO_STATES
+from ..schedule.online_budget import online_planner
+from ..schedule.online import DiskOnlinePlanner, OnlinePlanner
 from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable, check_int,
                                  check_positive_int, short_repr)
 from ..tree import flatten, unflatten
@@ -94,7 +95,9 @@ class WhileLoop(_LoopBase):
             return OnlinePlanner(1)
         probed = self.budget.probed(self, stepper, state0, call.boxed_leaves(0), [], self.disk)
         call.schedule, planner = online_planner(self.memory, probed.sizes, self.disk is not None)
-        call.guard = TapeGuard(self.memory, probed, 0, stepper.label)
+        in_flight = IO_STATES * probed.sizes.state_bytes \
+            if isinstance(planner, DiskOnlinePlanner) else 0
+        call.guard = TapeGuard(self.memory, probed, in_flight, stepper.label)
         return planner
 
     def __call__(self, params: Any, init_state: Any) -> Any:
@@ -161,7 +164,8 @@ class WhileLoop(_LoopBase):
             call.pending = Pending(None, None, stepper, stats)
             self.publish(call, stats)
             return final
-        store = MemoryStore(open_disk(self.disk))
+        store = MemoryStore(open_disk(self.disk if isinstance(planner, DiskOnlinePlanner)
+                                      else None))
         try:
             executor = Executor(None, state0, store)
             final, n = self._drive(stepper, state0, executor, planner)

@@ -83,9 +83,11 @@ class DiskStore:
     flight, so the caller waits only when the disk is slower than the steps between two
     writes), and :meth:`prefetch` starts reading a snapshot the schedule will restore next
     (read-ahead: at most one), so the read overlaps the computation before it. A write's error
-    (a full disk) is raised by the next call that touches the store. ``io_seconds`` is the time
-    spent in file I/O and checksums, ``wait_seconds`` the part of it the caller waited for:
-    ``1 - wait_seconds / io_seconds`` of the I/O overlapped computation.
+    (a full disk) is raised by the first call after it has happened, or by the next ``put`` or
+    a ``get`` / ``pop`` of that snapshot, whichever comes first. ``io_seconds`` is the time the
+    I/O jobs took (wall time on the worker, so GIL waits included), ``wait_seconds`` the part
+    of it the caller waited for: ``1 - wait_seconds / io_seconds`` of the I/O overlapped
+    computation.
     """
 
     def __init__(self, base: str | None = None, codec: Any = NUMPY,
@@ -111,22 +113,26 @@ class DiskStore:
         leaves, treedef = flatten(state)
         arrays = [self.codec.encode(leaf, f"state leaf {k} of snapshot {index}")
                   for k, leaf in enumerate(leaves)]
-        self.bytes_written += sum(a.nbytes for a, _ in arrays)
         if not self.background:
             self._entries[index] = (treedef, self._timed(self._write_all, index, arrays))
+            self.bytes_written += sum(a.nbytes for a, _ in arrays)
             return
-        # Behind: writable arrays are copied first (the caller's next steps, or an fn writing
-        # in place, must not change what is being written); the copy is the state in flight.
-        # A read-only array (the autograd front end's states) is written from the reference,
-        # as a RAM snapshot holds it.
-        arrays = [(a.copy() if a.flags.writeable else a, meta) for a, meta in arrays]
-        self._settle_write()
+        self._settle_write()                    # at most one write in flight
+        # Behind: an array the caller can still write to (the leaf itself, or a view of its
+        # memory such as a CPU tensor's) is copied first, so that the next steps, or an fn
+        # writing in place, cannot change what is being written; a private copy the codec
+        # made, or a read-only array (the autograd front end's states, written from the
+        # reference as a RAM snapshot holds them), is not copied again.
+        arrays = [(a.copy() if a.flags.writeable and (a is leaf or not a.flags.owndata) else a,
+                   meta) for (a, meta), leaf in zip(arrays, leaves)]
         self._writing = self._submit(self._write_all, index, arrays)
+        self.bytes_written += sum(a.nbytes for a, _ in arrays)
         self._entries[index] = (treedef, self._writing)
 
     def prefetch(self, index: int) -> None:
         """Start reading snapshot ``index`` in the background (the next :meth:`get` of it takes
         the result). Does nothing without a background worker or if it is already being read."""
+        self._poll()
         if not self.background or index not in self._entries or \
                 (self._ahead is not None and self._ahead[0] == index):
             return
@@ -135,6 +141,7 @@ class DiskStore:
         self._ahead = (index, self._submit(self._read_all, files))
 
     def get(self, index: int) -> Any:
+        self._poll()
         files = self._files(index)          # waits for its write; raises the write's error
         if self._ahead is not None and self._ahead[0] == index:
             future, self._ahead = self._ahead[1], None
@@ -146,6 +153,7 @@ class DiskStore:
                          [self.codec.decode(a, entry[5]) for a, entry in zip(arrays, files)])
 
     def pop(self, index: int) -> None:
+        self._poll()
         if self._ahead is not None and self._ahead[0] == index:
             self._drop_ahead()
         files = self._files(index)          # waits for its write; raises the write's error
@@ -157,8 +165,9 @@ class DiskStore:
         return index in self._entries
 
     def close(self) -> None:
-        """Stop the worker (the file it is on is finished), remove every file and the directory
-        (idempotent; raises nothing a pending write raised)."""
+        """Stop the worker (the job it is running is finished, queued ones are cancelled),
+        remove every file and the directory (idempotent; raises nothing a pending write
+        raised)."""
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -195,6 +204,11 @@ class DiskStore:
         self.io_seconds += spent
         return value
 
+    def _poll(self) -> None:
+        """Settle a write that has finished, raising its error now (never later than needed)."""
+        if self._writing is not None and self._writing.done():
+            self._settle_write()
+
     def _settle_write(self) -> None:
         writing, self._writing = self._writing, None
         if writing is not None:
@@ -224,31 +238,28 @@ class DiskStore:
                 pass
 
     # ------------------------------------------------------------------- the worker's (or not)
-    def _write_all(self, index: int, arrays: list, sync: bool = False) -> list:
+    def _write_all(self, index: int, arrays: list) -> list:
         files = []
         try:
             for k, (array, meta) in enumerate(arrays):
-                files.append(self._write(index, k, array, meta, sync))
+                files.append(self._write(index, k, array, meta))
         except BaseException:
             for name, *_ in files:
                 _remove(name)
             raise
         return files
 
-    def _write(self, index: int, k: int, array: np.ndarray, meta: Any, sync: bool) -> tuple:
+    def _write(self, index: int, k: int, array: np.ndarray, meta: Any) -> tuple:
         name = os.path.join(self.path, f"{index}-{k}.npy")
         try:
             with open(name, "wb") as f:
                 np.save(f, array, allow_pickle=False)
-                if sync:
-                    f.flush()
-                    os.fsync(f.fileno())
         except OSError as err:
             _remove(name)
             raise OSError(err.errno, f"bincheck could not write snapshot file {name!r}: "
                                      f"{err.strerror}", name) from None
         size = os.path.getsize(name)
-        return name, size, zlib.crc32(array), array.dtype, array.shape, meta
+        return name, size, zlib.crc32(np.ascontiguousarray(array)), array.dtype, array.shape, meta
 
     def _read_all(self, files: Any) -> list:
         if isinstance(files, Future):   # written by this worker before: done (FIFO)
@@ -283,16 +294,16 @@ def open_disk(disk: bool | str | None, codec: Any = NUMPY,
 
 
 # Enough bytes per probe that the write is priced by what the disk sustains, not by one write
-# the page cache absorbs (each file is fsync'ed; reads come back with the cache dropped).
+# the page cache absorbs; small states take more copies (at most PROBE_MAX_FILES).
 PROBE_BYTES = 32 * 2**20
-PROBE_MAX_FILES = 16
+PROBE_MAX_FILES = 256
 
 
 def disk_seconds(state: Any, base: Any, codec: Any = NUMPY) -> tuple[float, float]:
     """Seconds to write ``state`` to a disk store under ``base`` and to read it back, at the
-    disk's sustained throughput: ``k`` copies (about 32 MiB, 2 to 16 files) each written and
-    fsync'ed, then read back after asking the kernel to drop them from its cache; the mean per
-    state, checksums included."""
+    disk's sustained throughput: ``k`` copies (about 32 MiB; 2 to 256 copies) written as a loop
+    writes them, then fsync'ed, the fsyncs timed with the writes; then read back after asking
+    the kernel to drop them from its cache. The mean per state, checksums included."""
     store = DiskStore(None if base is True else base, codec)
     try:
         leaves = flatten(state)[0]
@@ -300,11 +311,13 @@ def disk_seconds(state: Any, base: Any, codec: Any = NUMPY) -> tuple[float, floa
         nbytes = max(1, sum(a.nbytes for a, _ in arrays))
         k = max(2, min(PROBE_MAX_FILES, -(-PROBE_BYTES // nbytes)))
         t0 = time.perf_counter()
-        written = [store._write_all(i, arrays, True) for i in range(k)]
+        written = [store._write_all(i, arrays) for i in range(k)]
+        names = [entry[0] for files in written for entry in files]
+        for name in names:
+            _sync(name)
         t1 = time.perf_counter()
-        for files in written:
-            for entry in files:
-                _drop_cache(entry[0])
+        for name in names:
+            _drop_cache(name)
         t2 = time.perf_counter()
         for files in written:
             store._read_all(files)
@@ -312,6 +325,14 @@ def disk_seconds(state: Any, base: Any, codec: Any = NUMPY) -> tuple[float, floa
         return (t1 - t0) / k, (t3 - t2) / k
     finally:
         store.close()
+
+
+def _sync(name: str) -> None:
+    fd = os.open(name, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _drop_cache(name: str) -> None:

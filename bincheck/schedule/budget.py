@@ -27,12 +27,11 @@ from .actions import Action
 from .binomial import Plan
 from .disk import DiskPlan, DiskTable, MixedInner
 from .mixed import MixedPlan
-from .online import DiskOnlinePlanner, OnlinePlanner, disk_period
 from .units import format_bytes, parse_bytes
 from .validate import check_positive_int, exactly_one_budget, short_repr
 
-__all__ = ["BudgetPlan", "MemoryBudget", "Sizes", "format_bytes", "memory_for", "online_planner",
-           "parse_bytes", "plan"]
+__all__ = ["BudgetPlan", "MemoryBudget", "Sizes", "format_bytes", "memory_for", "parse_bytes",
+           "plan"]
 
 # Above this many element operations (a few seconds) the exact mixed DP is not run: see BudgetPlan.
 DP_WORK_LIMIT = 50_000_000
@@ -98,7 +97,7 @@ class BudgetPlan:
         slots = self._slots = store // sizes.state_bytes
         self.table_bytes = 0                # the planner's own tables, inside the budget
         self.write_cost = self.read_cost = 0.0      # seconds per state, overlap credited
-        self.ram_schedule = None
+        self._ram_plain = 0
         self.disk_note = ""                 # with disk: "used", or why it was declined
         self._ram_plan(seq_len, store, slots)
         if disk:
@@ -118,7 +117,7 @@ class BudgetPlan:
             if mixed is not None and mixed.plain_steps < self.schedule.plain_steps:
                 self.schedule, self.table_bytes = mixed, mixed.nbytes
                 self.schedule_bytes = mixed.memory + self.table_bytes
-        self.ram_schedule = self.schedule
+        self._ram_plain = self.schedule.plain_steps     # what the disk plan must beat
 
     def _disk_plan(self, seq_len: int, store: int) -> None:
         """With a disk tier: Disk-Revolve over the RAM left once the disk planner's table and the
@@ -151,7 +150,7 @@ class BudgetPlan:
             if mixed.table.dp_rows:             # a walk needed exact-DP rows: not budgeted
                 inner, inner_bytes = None, min(cm, seq_len) * sizes.state_bytes
                 plan = DiskPlan(seq_len, cm, self.write_cost / step, self.read_cost / step)
-        ram_time = self.ram_schedule.plain_steps * step
+        ram_time = self._ram_plain * step
         disk_time = plan.cost * step
         total = seq_len * (sizes.taped_step_seconds or step)
         if disk_time >= ram_time - DISK_MIN_GAIN * (total + ram_time):
@@ -233,6 +232,11 @@ class BudgetPlan:
         return self.sizes.work_bytes + self.schedule_bytes
 
     @property
+    def io_bytes(self) -> int:
+        """Bytes reserved for the disk's background I/O (two states in flight; 0 in RAM)."""
+        return IO_STATES * self.sizes.state_bytes if self.uses_disk else 0
+
+    @property
     def uses_disk(self) -> bool:
         """Whether the plan stores states on disk (False: RAM alone, by request or because the
         disk was declined: ``disk_note`` says why)."""
@@ -240,8 +244,8 @@ class BudgetPlan:
 
     @property
     def extra_seconds(self) -> float | None:
-        """Predicted seconds beyond store-all's: the plain steps, and the disk I/O that does not
-        overlap computation (None without ``step_seconds``)."""
+        """Predicted seconds beyond store-all's: the plain steps, and the disk I/O as priced by
+        ``io_costs`` (None without ``step_seconds``)."""
         s = self.sizes
         if not s.step_seconds:
             return None
@@ -381,20 +385,3 @@ def io_costs(sizes: Sizes) -> tuple[float, float]:
     traffic slowed the steps beside it by about as much as the overlap saved (see
     ``benchmarks/budget/README.md``)."""
     return sizes.write_seconds, max(0.0, sizes.read_seconds - sizes.step_seconds)
-
-
-def online_planner(memory: int, sizes: Sizes, disk: bool = False) -> tuple[int, object]:
-    """A while loop's online planner holding the states that fit ``memory`` bytes beside the
-    working set, and that number of states; with ``disk``, periodic disk checkpoints priced by
-    the measured write and read times. A budget below the minimum raises the ValueError of
-    :class:`BudgetPlan`, naming it."""
-    if memory < sizes.minimum_memory:
-        BudgetPlan(1, memory, sizes)            # raises, naming the minimum
-    states = (memory - sizes.work_bytes) // sizes.state_bytes
-    if not disk or states <= IO_STATES:     # no RAM slot beside the I/O's own: RAM alone
-        return states, OnlinePlanner(states)
-    # As for BudgetPlan: two states in flight, the same prices.
-    states -= IO_STATES
-    write, read = io_costs(sizes)
-    return states, DiskOnlinePlanner(states, disk_period(
-        states, write / sizes.step_seconds, read / sizes.step_seconds))

@@ -190,8 +190,9 @@ class DiskPlan:
             tracker = Tracker(self.seq_len)
             for action in self:
                 tracker.apply(action)
+            first = next(a.start for a in self if type(a) is Reverse)
             self._counts = (tracker.plain_steps, tracker.disk_writes, tracker.disk_reads,
-                            tracker.peak_checkpoints)
+                            tracker.peak_checkpoints, first)
         return self._counts
 
     @property
@@ -221,7 +222,9 @@ class DiskPlan:
 
     @property
     def first_reverse_start(self) -> int:
-        return self.seq_len - 1
+        """Where the first sweep stops: ``seq_len - 1`` with Revolve in RAM, the start of a
+        taped segment with kept tapes."""
+        return self._count()[4]
 
     def __repr__(self) -> str:
         return (f"DiskPlan({self.seq_len}, checkpoints={self.checkpoints}, "

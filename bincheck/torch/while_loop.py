@@ -16,7 +16,8 @@ import torch
 from ..runtime.executor import Executor
 from ..runtime.stats import LoopStats
 from ..schedule.binomial import Plan
-from ..schedule.budget import online_planner, parse_bytes
+from ..schedule.budget import parse_bytes
+from ..schedule.online_budget import online_planner
 from ..schedule.online import DiskOnlinePlanner, OnlinePlanner
 from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable, check_disk,
                                  check_int, check_positive_int, exactly_one_budget)
