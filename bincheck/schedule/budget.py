@@ -154,8 +154,10 @@ class BudgetPlan:
         disk_time = plan.cost * step
         total = seq_len * (sizes.taped_step_seconds or step)
         if disk_time >= ram_time - DISK_MIN_GAIN * (total + ram_time):
-            self.disk_note = (f"declined: predicted {disk_time:.3g} s of recomputation and I/O "
-                              f"against {ram_time:.3g} s of recomputation in RAM alone")
+            why = "no saving" if disk_time >= ram_time else \
+                f"a saving below {DISK_MIN_GAIN:.0%} of the gradient's {total + ram_time:.3g} s"
+            self.disk_note = (f"declined: {disk_time:.3g} s of recomputation and I/O predicted "
+                              f"against {ram_time:.3g} s of recomputation in RAM alone, {why}")
             return
         self.schedule, self.table_bytes = plan, table
         self.schedule_bytes = inner_bytes + table + IO_STATES * sizes.state_bytes
