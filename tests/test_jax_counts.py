@@ -140,6 +140,6 @@ def test_a_memory_budget_holds_under_memory_analysis(make, cell, budgets):
         assert planned.peak_bytes <= memory
         temp = temp_bytes(params_grad(loop), *make(T))
         assert temp <= memory, (memory, temp, planned.sizes)
-        assert loop.plan.schedule.num_ckpts == planned.schedule.num_ckpts
-        checkpoints.append(planned.schedule.num_ckpts)
-    assert 1 < checkpoints[0] < checkpoints[1], checkpoints
+        assert repr(loop.plan.schedule) == repr(planned.schedule)
+        checkpoints.append(planned.plain_steps)
+    assert checkpoints[0] > checkpoints[1], checkpoints      # more memory, fewer plain steps

@@ -61,6 +61,9 @@ def parse_args(argv):
                            "while-<mode>.*")
     part.add_argument("--no-while", action="store_true", help="only the RNN table")
     p.add_argument("--cells", help="comma-separated subset of tanh,lstm,gru")
+    p.add_argument("--keep-segments", action="store_true",
+                   help="each bincheck memory= run also with keep_segments=True (kept taped "
+                        "segments), side by side; results written to <mode>-segments.*")
     p.add_argument("--rounds", type=int, help="timed rounds (median; at least 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of parameters and inputs")
     p.add_argument("--out", help=f"output folder (default {RESULTS}; --smoke: a temporary one)")
@@ -153,6 +156,8 @@ def main(argv=None) -> int:
     xla_flags = pin_xla()
     jax, equinox = import_peers()
     name = f"while-{args.mode}" if args.cfg is None else args.mode
+    if args.keep_segments and args.cfg is not None:
+        name += "-segments"
     commit, dirty = library_version()
     meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), mode=args.mode,
                 part="while" if args.cfg is None else "rnn" if args.while_cfg is None else
@@ -177,7 +182,8 @@ def main(argv=None) -> int:
             prob = Problem(cell, cfg["seq_len"], cfg["hidden"], cfg["batch"],
                            cfg["input_size"], args.seed)
             print(f"{cell}: {prob.describe()}", file=sys.stderr)
-            rows += run_cell(prob, cfg["num_ckpts"], cfg["fractions"], cfg["rounds"])
+            rows += run_cell(prob, cfg["num_ckpts"], cfg["fractions"], cfg["rounds"],
+                             keep_segments=args.keep_segments)
             save()
     if args.while_cfg is not None:
         from .whileloop import run_while

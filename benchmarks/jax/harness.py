@@ -55,8 +55,9 @@ class CellRun:
     """All strategies of one problem, their rows, and the timing rounds."""
 
     def __init__(self, prob: Problem, num_ckpts: list[int], fractions: list[float],
-                 count: bool = True) -> None:
+                 count: bool = True, keep_segments: bool = False) -> None:
         self.prob, self.num_ckpts, self.fractions, self.count = prob, num_ckpts, fractions, count
+        self.keep_segments = keep_segments
         self.live: list[tuple[Any, Row]] = []       # (compiled gradient, row)
         self.rows: list[Row] = []
         self.ref: Any = None
@@ -101,7 +102,8 @@ class CellRun:
             row.plain_steps, row.taped_steps = plan.plain_steps, plan.taped_steps
             row.expected_evals = plan.plain_steps + plan.taped_steps
             if st.memory is not None:
-                row.plan_num_ckpts = plan.schedule.num_ckpts
+                row.plan_num_ckpts = plan.checkpoints
+                row.plan_segment = getattr(plan.schedule, "leaf", 1)
                 row.plan_peak_bytes = plan.peak_bytes
         else:
             row.expected_evals = {"scan": T, "scan-remat": 2 * T, "nested": 2 * T}.get(st.kind)
@@ -136,6 +138,9 @@ class CellRun:
                     if row.kind in S.PEERS]
         for what, memory in budgets:
             self.check(S.bincheck(T, memory=max(memory, 1), budget_of=what))
+            if self.keep_segments:          # the same budget with kept segments, side by side
+                self.check(S.bincheck(T, memory=max(memory, 1), budget_of=what,
+                                      keep_segments=True))
 
     def time_rounds(self, rounds: int, costs: StepCosts) -> None:
         p = self.prob
@@ -175,8 +180,8 @@ class CellRun:
 
 
 def run_cell(prob: Problem, num_ckpts: list[int], fractions: list[float], rounds: int,
-             count: bool = True) -> list[Row]:
-    run = CellRun(prob, num_ckpts, fractions, count)
+             count: bool = True, keep_segments: bool = False) -> list[Row]:
+    run = CellRun(prob, num_ckpts, fractions, count, keep_segments)
     costs = StepCosts(prob)
     run.build_and_check()
     if run.rows[0].status == "ok":

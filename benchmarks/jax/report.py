@@ -10,6 +10,12 @@ MiB = 2**20
 PEERS = ("scan-remat", "nested", "eqx")     # as strategies.PEERS (not imported: no jax here)
 
 
+
+def _segment(r) -> str:
+    """`` + L-step segments`` for a bincheck memory= run that keeps taped segments."""
+    leaf = getattr(r, "plan_segment", None)
+    return f" + {leaf}-step segments" if leaf and leaf > 1 else ""
+
 def json_bytes(meta: dict, rows: list, while_rows: list | None = None) -> bytes:
     data: dict[str, Any] = {"meta": meta, "rows": [r.record() for r in rows]}
     if while_rows is not None:
@@ -80,7 +86,7 @@ def table(rows: list) -> str:
             out.append(
                 f"| {r.strategy} | {_f(r.max_rel_err, '.1e')} | {_f(compile_s, '.2f')} "
                 f"| {_mib(r.temp_bytes)} | {_f(r.temp_rel, '.4f')} | {budget} "
-                f"| {_f(r.plan_num_ckpts or r.num_ckpts, 'd')} | {_evals(r)} "
+                f"| {_f(r.plan_num_ckpts or r.num_ckpts, 'd')}{_segment(r)} | {_evals(r)} "
                 f"| {_f(r.time_s, '.3f')} | {_f(min(r.times_s, default=None), '.3f')} "
                 f"| {_f(r.rel_time, '.2f')}× "
                 f"| {_f(r.bound_s, '.3f')} | {_f(r.time_over_bound, '.2f')} |")
@@ -120,7 +126,7 @@ def targets(rows: list) -> list[tuple[str, str, bool | None, str]]:
                         f"{peer.label}: {peer.time_s:.3f} s at {_mib(peer.temp_bytes)} MiB; "
                         f"bincheck memory= that: {ours.time_s:.3f} s, {ratio:.2f}× (per-round "
                         f"ratio), at {_mib(ours.temp_bytes)} MiB, {ours.plan_num_ckpts} "
-                        f"checkpoints"))
+                        f"checkpoints{_segment(ours)}"))
         for r in ok:
             if r.kind == "bincheck" and r.time_over_bound is not None:
                 res.append(("C", cell, r.time_over_bound <= 1.05,

@@ -31,6 +31,7 @@ class Row:
     taped_steps: int | None = None
     plan_num_ckpts: int | None = None   # bincheck memory=: the slots the budget bought
     plan_peak_bytes: int | None = None  # bincheck memory=: BudgetPlan.peak_bytes
+    plan_segment: int | None = None     # bincheck memory=: the longest kept taped segment
     time_s: float | None = None
     times_s: list = field(default_factory=list)
     rel_time: float | None = None       # / lax.scan's

@@ -104,14 +104,16 @@ def equinox(T: int, C: int) -> Strategy:
 
 
 def bincheck(T: int, num_ckpts: int | None = None, memory: int | None = None,
-             budget_of: str | None = None) -> Strategy:
+             budget_of: str | None = None, keep_segments: bool = False) -> Strategy:
+    seg = " keep_segments" if keep_segments else ""
     st = Strategy(f"bincheck num_ckpts={num_ckpts}" if memory is None else
-                  f"bincheck memory= {budget_of}", "bincheck",
-                  f"s={num_ckpts}" if memory is None else f"mem={budget_of}", None,
+                  f"bincheck memory= {budget_of}{seg}", "bincheck",
+                  f"s={num_ckpts}" if memory is None else f"mem={budget_of}{seg}", None,
                   num_ckpts, memory, budget_of)
 
     def build(step: Callable) -> Callable:
-        loop = bj.binomial_checkpoint(step, T, num_ckpts, memory=memory)
+        loop = bj.binomial_checkpoint(step, T, num_ckpts, memory=memory,
+                                      keep_segments=keep_segments)
         st.loops.append(loop)
         return loop
     st.build = build

@@ -9,6 +9,7 @@ jitted call has no Python state); the counts are static and come from ``loop.pla
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any, Callable
 
 import jax
@@ -17,8 +18,9 @@ import numpy as np
 
 from ..runtime.front import Configured
 from ..schedule.binomial import Plan
+from ..schedule.mixed import FixedLeafPlan
 from ..schedule.budget import BudgetPlan, MemoryBudget, parse_bytes
-from ..schedule.validate import (check_callable, check_int, check_positive_int,
+from ..schedule.validate import (check_bool, check_callable, check_int, check_positive_int,
                                  exactly_one_budget)
 from .boundary import Flat
 from .sizes import measure
@@ -42,12 +44,13 @@ class CheckpointedLoop(Configured):
 
     _published = ("last_plan",)
 
-    def __init__(self, fn: Callable, schedule: Any, output_fn: Callable | None = None) -> None:
+    def __init__(self, fn: Callable, schedule: Any, output_fn: Callable | None = None,
+                 keep_segments: bool = False) -> None:
         check_callable("fn", fn, "fn(params, state, x) -> new_state")
         if output_fn is not None:
             check_callable("output_fn", output_fn, "output_fn(params, new_state, x) -> y")
         self.fn, self.schedule, self.seq_len = fn, schedule, schedule.seq_len
-        self.output_fn = output_fn
+        self.output_fn, self.keep_segments = output_fn, keep_segments
         self.last_plan = None
         self._tables: dict = {}
         self._sizes: dict = {}
@@ -92,21 +95,25 @@ class CheckpointedLoop(Configured):
         key = flat.signature()
         sizes = self._sizes.get(key)
         if sizes is None:
-            sizes = measure(flat)
+            sizes = measure(flat, self.keep_segments)
             with self._lock:
                 sizes = self._sizes.setdefault(key, sizes)
-        plan = BudgetPlan(self.seq_len, self.schedule.memory, sizes)
-        if not isinstance(plan.schedule, Plan):       # pragma: no cover - sizes carry no tape
-            raise AssertionError("bincheck.jax plans states only")
+        # static: XLA allocates the slots and the longest taped segment side by side (sizes
+        # carry no tape unless keep_segments)
+        plan = BudgetPlan(self.seq_len, self.schedule.memory, sizes, static=True)
         self.last_plan = plan
         return plan
 
     def tables_for(self, plan: Any) -> Tables:
-        key = (self.seq_len, plan.schedule.num_ckpts if isinstance(plan, BudgetPlan)
-               else plan.num_ckpts)
+        schedule = plan.schedule if isinstance(plan, BudgetPlan) else plan
+        if isinstance(schedule, FixedLeafPlan):
+            key = (self.seq_len, schedule.slots, schedule.leaf)
+        else:
+            key = (self.seq_len, schedule.num_ckpts, 1)
         tables = self._tables.get(key)
         if tables is None:
-            tables = compile_plan(Plan(*key), self.seq_len)
+            make = FixedLeafPlan(*key) if key[2] > 1 else Plan(*key[:2])
+            tables = compile_plan(make, self.seq_len, key[2])
             with self._lock:
                 tables = self._tables.setdefault(key, tables)
         return tables
@@ -125,7 +132,8 @@ class CheckpointedLoop(Configured):
                 sizes = measure(flat)
                 held = min(self.schedule.num_ckpts, self.seq_len)
                 found.append(BudgetPlan(self.seq_len, sizes.work_bytes +
-                                        held * sizes.state_bytes, sizes))
+                                        held * sizes.state_bytes,
+                                        replace(sizes, tape_bytes=None)))
             return 0
         jax.eval_shape(shapes_only, params, init_state, inputs)
         return found[0]
@@ -133,7 +141,8 @@ class CheckpointedLoop(Configured):
 
 def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None, *,
                         memory: int | str | None = None,
-                        output_fn: Callable | None = None) -> CheckpointedLoop:
+                        output_fn: Callable | None = None,
+                        keep_segments: bool = False) -> CheckpointedLoop:
     """Make ``fn(params, state, x) -> new_state`` a loop over ``seq_len`` steps whose reverse
     mode replays the optimal binomial (Revolve) schedule, for ``jit``, ``grad``, ``vjp``, ``vmap``.
 
@@ -143,22 +152,32 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     leading length ``seq_len`` (``inputs=None``: each step gets ``x=None``). With ``output_fn``,
     ``output_fn(params, new_state, x) -> y`` is evaluated at every step and the loop returns
     ``(final_state, ys)`` with the ``y``s stacked along a new leading axis.
+
+    ``keep_segments=True`` (with ``memory``): also consider keeping taped segments of several
+    steps (the mixed policy in its static form, :class:`~bincheck.schedule.mixed.FixedLeafPlan`),
+    which takes fewer evaluations of ``fn`` but, on XLA's CPU backend, more time per taped step
+    (see the JAX page of the docs); off by default.
     """
     exactly_one_budget(num_ckpts, memory)
     seq_len = check_positive_int("seq_len", seq_len)
+    check_bool("keep_segments", keep_segments)
+    if keep_segments and memory is None:
+        raise TypeError("keep_segments=True plans within a byte budget: pass memory=... (with "
+                        "num_ckpts the plan stores states only)")
     if memory is not None:
         schedule: Any = MemoryBudget(seq_len, parse_bytes(memory))
     else:
         schedule = Plan(seq_len, num_ckpts)
-    return CheckpointedLoop(fn, schedule, output_fn)
+    return CheckpointedLoop(fn, schedule, output_fn, keep_segments)
 
 
 def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, *,
          num_ckpts: int | None = None, memory: int | str | None = None,
-         reverse: bool = False, unroll: int = 1) -> tuple[Any, Any]:
+         reverse: bool = False, unroll: int = 1, keep_segments: bool = False) -> tuple[Any, Any]:
     """A drop-in for ``jax.lax.scan(f, init, xs, length)`` whose reverse mode is checkpointed:
     ``f(carry, x) -> (carry, y)``; returns ``(carry, ys)``. Give ``num_ckpts`` or ``memory`` as
-    in :func:`binomial_checkpoint`. Arrays ``f`` closes over are differentiated as usual.
+    in :func:`binomial_checkpoint` (and ``keep_segments``). Arrays ``f`` closes over are
+    differentiated as usual.
     ``unroll`` is accepted for compatibility and ignored."""
     check_callable("f", f, "f(carry, x) -> (carry, y)")
     leaves = jax.tree.leaves(xs)
@@ -170,7 +189,8 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, *,
     if reverse:
         xs = jax.tree.map(lambda v: jnp.flip(v, 0), xs)
 
-    loop = binomial_checkpoint(_Pair(f), length, num_ckpts, memory=memory)
+    loop = binomial_checkpoint(_Pair(f), length, num_ckpts, memory=memory,
+                               keep_segments=keep_segments)
     carry, ys = loop(None, init, xs)
     if reverse:
         ys = jax.tree.map(lambda v: jnp.flip(v, 0), ys)

@@ -24,6 +24,8 @@ cotangents, the inputs' cotangent), which are the loop's arguments and results, 
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import numpy as np
 
@@ -55,9 +57,33 @@ def aligned(leaves: list) -> int:
     return sum(-(-nbytes([v]) // ALIGN) * ALIGN for v in leaves)
 
 
-def measure(flat: Flat) -> Sizes:
+def _segment_temp(flat: Flat, L: int) -> int:
+    """XLA temporaries of one compiled taped segment of ``L`` steps and its pullback (the
+    masked scan of :func:`.sweep.taped_segment`)."""
+    from .sweep import taped_segment
+    spec = lambda leaves, lead=(): [jax.ShapeDtypeStruct(lead + np.shape(v), v.dtype)  # noqa
+                                    for v in leaves]
+    xw = [jax.ShapeDtypeStruct((L,) + np.shape(v)[1:], v.dtype) for v in flat.x]
+    gy = [jax.ShapeDtypeStruct((L,) + tuple(s.shape), s.dtype)
+          for s, d in zip(flat.y_shapes, flat.y_diff) if d]
+
+    def seg(P: list, h: list, x: list, gh: list, gy: list, m: Any) -> tuple:
+        _, pullback = taped_segment(flat, P, h, x, m, L)
+        return pullback((gh, gy))
+    gh = spec(_pick(flat.h, flat.h_diff))
+    m = jax.ShapeDtypeStruct((), np.int32)
+    compiled = jax.jit(seg).lower(spec(flat.p), spec(flat.h), xw, gh, gy, m).compile()
+    return int(compiled.memory_analysis().temp_size_in_bytes)
+
+
+def measure(flat: Flat, segments: bool = False) -> Sizes:
     """Sizes by accounting: one compiled taped step's temporaries plus the buffers the sweep
-    carries and its bookkeeping (see the module docstring)."""
+    carries and its bookkeeping (see the module docstring). With ``segments`` (kept taped
+    segments, the static mixed policy), ``extra(L) = temp(L) - temp(1) + windows(L)`` is what a segment of
+    ``L`` steps adds (``temp`` the compiled segment's temporaries, ``windows`` its input,
+    output and cotangent windows): measured at 2 and 4 steps and written as
+    ``segment_bytes + (L - 1) * tape_bytes`` (XLA's temporaries grow linearly in ``L``:
+    measured exactly so up to 16 steps on a tanh RNN)."""
     spec = lambda leaves: [jax.ShapeDtypeStruct(np.shape(v), v.dtype) for v in leaves]  # noqa
     x0 = [jax.ShapeDtypeStruct(np.shape(v)[1:], v.dtype) for v in flat.x]
 
@@ -74,6 +100,12 @@ def measure(flat: Flat) -> Sizes:
     leaves = len(flat.p) + len(flat.h) + len(flat.x) + len(flat.y_shapes)
     pointers = -(-8 * (4 + 2 * leaves) // ALIGN) * ALIGN
     bookkeeping = LOOP_SLOTS * ALIGN + LOOPS * pointers
-    return Sizes(state_bytes=max(state, 1), tape_bytes=None,
-                 work_bytes=temp + carried + slices + bookkeeping)
+    work = temp + carried + slices + bookkeeping
+    if not segments:
+        return Sizes(state_bytes=max(state, 1), tape_bytes=None, work_bytes=work)
+    rows = aligned(x0) + aligned(flat.y_shapes)
+    extra = {L: _segment_temp(flat, L) - temp + 2 * L * rows for L in (2, 4)}
+    tape = max(1, -(-(extra[4] - extra[2]) // 2))
+    return Sizes(state_bytes=max(state, 1), tape_bytes=tape, work_bytes=work,
+                 segment_bytes=max(0, extra[2] - tape))
 

@@ -63,10 +63,51 @@ def _advance(flat: Flat, P: list, xs: list, h: list, start: Any, stop: Any) -> l
     return lax.fori_loop(start, stop, lambda t, h: flat.state(P, h, x_at(xs, t)), h)
 
 
+def _window(vs: list, lo: Any, L: int, T: int) -> list:
+    """Rows ``lo .. lo+L-1`` of each leaf (clamped at ``T - 1``: rows past a segment's end are
+    masked out by :func:`taped_segment`)."""
+    rows = jnp.minimum(lo + jnp.arange(L), T - 1)
+    return [jnp.take(v, rows, axis=0) for v in vs]
+
+
+def _write_rows(bufs: list, lo: Any, m: Any, rows: list) -> list:
+    """``bufs[lo + i] = rows[i]`` for ``i < m``, in place."""
+    if not bufs:
+        return bufs
+    return lax.fori_loop(0, m, lambda i, b: _write(b, lo + i, [r[i] for r in rows]), bufs)
+
+
+def taped_segment(flat: Flat, P: list, h: list, xwin: list, m: Any,
+                  L: int) -> tuple[tuple[list, list], Any]:
+    """Steps ``0 .. m-1`` of a window of ``L`` input rows under one ``jax.vjp`` (a scan of ``L``
+    steps; a ``lax.cond`` skips those at or past ``m``, so their residuals are never computed):
+    ``((h_end, ys window), pullback)`` as :meth:`Flat.taped` with ``whole``, the pullback on the
+    differentiable leaves (``gy``: ``(L, ...)`` windows)."""
+    pdiff, hdiff, xdiff, ydiff = flat.p_diff, flat.h_diff, flat.x_diff, flat.y_diff
+    zeros_y = [jnp.zeros(s.shape, s.dtype) for s in flat.y_shapes]
+
+    def f(pd: list, hd: list, xd: list) -> tuple:
+        Pf, hf, xw = _put(P, pdiff, pd), _put(h, hdiff, hd), _put(xwin, xdiff, xd)
+
+        def body(h: list, inp: tuple) -> tuple:
+            i, x = inp
+            return lax.cond(i < m, lambda h: flat.full(Pf, h, x), lambda h: (h, zeros_y), h)
+        end, ys = lax.scan(body, hf, (jnp.arange(L), xw), length=L)
+        return (_pick(end, hdiff), _pick(ys, ydiff)), (end, ys)
+
+    pick = lambda v, mask: [a for a, k in zip(v, mask) if k]     # noqa: E731
+    (end_d, ys_d), vjp, (end, ys) = jax.vjp(f, pick(P, pdiff), pick(h, hdiff),
+                                            pick(xwin, xdiff), has_aux=True)
+    return (_put(end, hdiff, end_d), _put(ys, ydiff, ys_d)), vjp
+
+
 def forward_sweep(flat: Flat, tables: Tables, P: list, h0: list, xs: list,
                   tabs: tuple) -> tuple:
     """The first sweep: ``((h_T, ys), residuals)``. Stores the states the tables name and tapes
-    the last step; the residuals are what :func:`reverse_sweep` takes."""
+    the last step (with kept segments: the last segment); the residuals are what
+    :func:`reverse_sweep` takes."""
+    if tables.max_seg > 1:
+        return _forward_segments(flat, tables, P, h0, xs, tabs)
     T, S = tables.seq_len, tables.slots
     tabs = tuple(jnp.asarray(a) for a in tabs)
     store_slot = tabs[0]
@@ -95,6 +136,8 @@ def reverse_sweep(flat: Flat, tables: Tables, res: tuple, g_h: list, g_ys: list,
     cotangents of the differentiable outputs (arrays); ``p_wanted`` / ``x_wanted``: per leaf of
     ``P`` / ``xs``, whether its cotangent is wanted (differentiable and perturbed). Returns the
     cotangents ``(gP, gh, gx)`` as full leaf lists, ``None`` where there is none."""
+    if tables.max_seg > 1:
+        return _reverse_segments(flat, tables, res, g_h, g_ys, p_wanted, x_wanted)
     T = tables.seq_len
     P, xs, buf, pullback, tabs = res
     # Nested in another loop's taped step, constant residuals come back as numpy literals,
@@ -133,6 +176,73 @@ def reverse_sweep(flat: Flat, tables: Tables, res: tuple, g_h: list, g_ys: list,
     gx = [next(it) if w else None for w in x_want]
     none_p = [None] * len(P)
     return (_put(none_p, flat.p_diff, gP), _put([None] * len(flat.h), flat.h_diff, gh),
+            _put([None] * len(flat.x), flat.x_diff, gx))
+
+
+def _forward_segments(flat: Flat, tables: Tables, P: list, h0: list, xs: list,
+                      tabs: tuple) -> tuple:
+    """:func:`forward_sweep` for a plan with kept segments: plain steps up to ``first_lo``
+    storing what the tables name, then the last segment taped."""
+    T, S, L, lo = tables.seq_len, tables.slots, tables.max_seg, tables.first_lo
+    tabs = tuple(jnp.asarray(a) for a in tabs)
+    store_slot = tabs[0]
+    buf = [jnp.zeros((S + 1,) + v.shape, v.dtype) for v in h0]
+    ys = [jnp.zeros((T,) + y.shape, y.dtype) for y in flat.y_shapes]
+
+    def body(t: Any, carry: tuple) -> tuple:
+        h, buf, ys = carry
+        slot = store_slot[t]
+        buf = _write(buf, jnp.where(slot >= 0, slot, S), h)
+        new, y = flat.full(P, h, x_at(xs, t))
+        return new, buf, _write(ys, t, y)
+    h, buf, ys = lax.fori_loop(0, lo, body, (h0, buf, ys))
+    m = T - lo
+    (new, ywin), pullback = taped_segment(flat, P, h, _window(xs, lo, L, T), m, L)
+    ys = _write_rows(ys, lo, m, ywin)
+    return (new, ys), (P, xs, buf, pullback, tabs)
+
+
+def _reverse_segments(flat: Flat, tables: Tables, res: tuple, g_h: list, g_ys: list,
+                      p_wanted: list, x_wanted: list) -> tuple[list, list, list]:
+    """:func:`reverse_sweep` for a plan with kept segments: one ``while`` loop over the
+    segments, last first, each restored, advanced to its start and pulled back through."""
+    T, L, lo0 = tables.seq_len, tables.max_seg, tables.first_lo
+    P, xs, buf, pullback, tabs = res
+    tabs = tuple(jnp.asarray(a) for a in tabs)
+    _, restore_slot, restore_index, snap_ptr, snap_pos, snap_slot, seg_len = tabs
+    p_want, x_want = _pick(p_wanted, flat.p_diff), _pick(x_wanted, flat.x_diff)
+    xd = _pick(xs, flat.x_diff)
+    gyd = [c for c in g_ys]                             # differentiable y cotangents
+    gP, gh, gxw = pullback((g_h, _window(gyd, lo0, L, T)))
+    gP = [v if w else None for v, w in zip(gP, p_want)]
+    gx = [jnp.zeros(v.shape, v.dtype) for v, w in zip(xd, x_want) if w]
+    gx = _write_rows(gx, lo0, T - lo0, [v for v, w in zip(gxw, x_want) if w])
+
+    def body(carry: tuple) -> tuple:
+        e, buf, gh, gP, gx = carry
+        m = seg_len[e]
+        lo = e - m + 1
+        h = _read(buf, restore_slot[e])
+
+        def snap(q: Any, c: tuple) -> tuple:
+            pos, h, buf = c
+            target = snap_pos[q]
+            h = _advance(flat, P, xs, h, pos, target)
+            return target, h, _write(buf, snap_slot[q], h)
+        pos, h, buf = lax.fori_loop(snap_ptr[e], snap_ptr[e + 1], snap,
+                                    (restore_index[e], h, buf))
+        h = _advance(flat, P, xs, h, pos, lo)
+        _, pb = taped_segment(flat, P, h, _window(xs, lo, L, T), m, L)
+        dP, gh, dxw = pb((gh, _window(gyd, lo, L, T)))
+        gP = [a if a is None else a + b for a, b in zip(gP, dP)]
+        gx = _write_rows(gx, lo, m, [v for v, w in zip(dxw, x_want) if w])
+        return lo - 1, buf, gh, gP, gx
+    if lo0 > 0:
+        _, _, gh, gP, gx = lax.while_loop(lambda c: c[0] >= 0, body,
+                                          (jnp.asarray(lo0 - 1, jnp.int32), buf, gh, gP, gx))
+    it = iter(gx)
+    gx = [next(it) if w else None for w in x_want]
+    return (_put([None] * len(P), flat.p_diff, gP), _put([None] * len(flat.h), flat.h_diff, gh),
             _put([None] * len(flat.x), flat.x_diff, gx))
 
 

@@ -13,9 +13,13 @@ stream fails here, loudly), and recorded as a few int32 arrays that a fixed-size
   the snapshots taken while advancing to ``j``: ``snap_pos[q]`` / ``snap_slot[q]`` for ``q`` in
   ``snap_ptr[j] : snap_ptr[j+1]`` (compressed rows).
 
+A plan with kept taped segments (``Reverse`` of up to ``max_seg`` steps, from
+:class:`~bincheck.schedule.mixed.FixedLeafPlan`) compiles the same way with each segment entered
+under its *last* step ``e``: ``seg_len[e]`` steps end there (the rows of the other steps are
+unused), and ``first_lo`` is where the forward's own taped segment starts.
+
 Slots are ids handed out from a free list as the stream snapshots and frees states, so the traced
-program needs exactly ``slots`` state buffers. Only states-only plans (every ``Reverse`` one
-step) compile; a plan with kept taped segments is refused.
+program needs exactly ``slots`` state buffers.
 
 :func:`online_table` does the same for the while loop's online planner: which slot (if any) the
 forward writes the state before each step into, for every step count up to ``max_steps``.
@@ -47,10 +51,14 @@ class Tables:
     snap_pos: np.ndarray
     snap_slot: np.ndarray
     plain_steps: int
+    seg_len: np.ndarray | None = None     # with kept segments: steps ending at each step
+    max_seg: int = 1                      # the longest taped segment
+    first_lo: int = -1                    # where the forward's taped segment starts
 
     def arrays(self) -> tuple[np.ndarray, ...]:
+        extra = () if self.max_seg == 1 else (self.seg_len,)
         return (self.store_slot, self.restore_slot, self.restore_index, self.snap_ptr,
-                self.snap_pos, self.snap_slot)
+                self.snap_pos, self.snap_slot) + extra
 
 
 class _Slots:
@@ -71,17 +79,19 @@ class _Slots:
         self.free.append(self.of.pop(index))
 
 
-def compile_plan(actions: Iterable[Any], seq_len: int) -> Tables:
-    """Walk a states-only plan's actions (validated) into :class:`Tables`."""
+def compile_plan(actions: Iterable[Any], seq_len: int, max_seg: int = 1) -> Tables:
+    """Walk a plan's actions (validated) into :class:`Tables`: taped segments of at most
+    ``max_seg`` steps (1: states only)."""
     n = seq_len
     tracker, slots = Tracker(n), _Slots()
     store_slot = np.full(max(n - 1, 0), -1, np.int32)
     restore_slot = np.zeros(max(n - 1, 0), np.int32)
     restore_index = np.zeros(max(n - 1, 0), np.int32)
     snap_ptr = np.zeros(max(n - 1, 0) + 1, np.int32)
+    seg_len = np.ones(max(n - 1, 0), np.int32)
     rows: dict[int, list[tuple[int, int]]] = {}
     pending: list[tuple[int, int]] = []
-    first_sweep, live_from, plain = True, 0, 0
+    first_sweep, live_from, plain, first_lo = True, 0, 0, n - 1
     for action in actions:
         tracker.apply(action)
         kind = type(action)
@@ -103,16 +113,17 @@ def compile_plan(actions: Iterable[Any], seq_len: int) -> Tables:
         elif kind is Advance:
             plain += action.stop - action.start
         elif kind is Reverse:
-            if action.stop - action.start != 1:
-                raise ValueError(f"bincheck.jax replays states-only plans; this plan tapes "
-                                 f"{action.stop - action.start} steps at once ({action})")
-            j = action.start
+            m = action.stop - action.start
+            if m > max_seg:
+                raise ValueError(f"these tables hold taped segments of at most {max_seg} "
+                                 f"step(s); this plan tapes {m} steps at once ({action})")
             if first_sweep:
-                if j != n - 1:
-                    raise ValueError(f"the first reverse must be the last step; got {action}")
-                first_sweep = False
+                if action.stop != n:
+                    raise ValueError(f"the first reverse must end at the last step; got {action}")
+                first_sweep, first_lo = False, action.start
                 continue
-            restore_slot[j], restore_index[j] = live_slot, live_from
+            j = action.stop - 1                 # the segment's last step names it
+            restore_slot[j], restore_index[j], seg_len[j] = live_slot, live_from, m
             rows[j] = pending
             pending = []
     positions: list[int] = []
@@ -126,7 +137,8 @@ def compile_plan(actions: Iterable[Any], seq_len: int) -> Tables:
     if not positions:                   # a traced gather needs a non-empty operand
         positions, places = [0], [0]
     return Tables(n, max(slots.count, 1), store_slot, restore_slot, restore_index, snap_ptr,
-                  np.asarray(positions, np.int32), np.asarray(places, np.int32), plain)
+                  np.asarray(positions, np.int32), np.asarray(places, np.int32), plain,
+                  seg_len, max_seg, first_lo)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from .actions import Action
 from .binomial import Plan
 from .disk import DiskPlan, DiskTable, MixedInner
-from .mixed import MixedPlan
+from .mixed import FixedLeafPlan, MixedPlan, best_fixed_leaf
 from .units import format_bytes, parse_bytes
 from .validate import check_positive_int, exactly_one_budget, short_repr
 
@@ -35,9 +35,8 @@ __all__ = ["BudgetPlan", "MemoryBudget", "Sizes", "format_bytes", "memory_for", 
 
 # Above this many element operations (a few seconds) the exact mixed DP is not run: see BudgetPlan.
 DP_WORK_LIMIT = 50_000_000
-# With a disk tier: states the background I/O holds beside the schedule's (one being written
-# behind, one read ahead), and the least predicted saving (a share of the gradient's time)
-# for which the disk is used at all.
+# With a disk: the states background I/O holds (one written behind, one read ahead), and the
+# least predicted saving (a share of the gradient's time) for which the disk is used at all.
 IO_STATES = 2
 DISK_MIN_GAIN = 0.02
 
@@ -67,6 +66,7 @@ class Sizes:
     taped_step_seconds: float | None = None
     write_seconds: float | None = None     # writing one state to disk (with disk=...)
     read_seconds: float | None = None      # reading it back
+    segment_bytes: int = 0     # static allocation: what keeping any taped segment adds
 
     @property
     def minimum_memory(self) -> int:
@@ -85,9 +85,10 @@ class BudgetPlan:
     step timings).
     """
 
-    def __init__(self, seq_len: int, memory: int, sizes: Sizes, disk: bool = False) -> None:
+    def __init__(self, seq_len: int, memory: int, sizes: Sizes, disk: bool = False,
+                 static: bool = False) -> None:
         self.seq_len = check_positive_int("seq_len", seq_len)
-        self.memory, self.sizes, self.disk = memory, sizes, disk
+        self.memory, self.sizes, self.disk, self.static = memory, sizes, disk, static
         if memory < sizes.minimum_memory:
             raise ValueError(
                 f"memory={memory} bytes is below the least this loop needs: one stored state "
@@ -104,13 +105,22 @@ class BudgetPlan:
             self._disk_plan(seq_len, store)
 
     def _ram_plan(self, seq_len: int, store: int, slots: int) -> None:
-        """The best plan in RAM alone: Revolve, or the mixed policy where kept tapes help."""
+        """The best plan in RAM alone: Revolve, or the mixed policy where kept tapes help
+        (with ``static``: tapes cannot borrow freed slots' bytes; see ``FixedLeafPlan``)."""
         sizes = self.sizes
         self.schedule: Plan | MixedPlan = Plan(seq_len, slots)     # states only: Revolve
         self.schedule_bytes = min(slots, seq_len) * sizes.state_bytes
+        if self.static:     # XLA: the slots and the longest segment allocated side by side
+            fixed = None if sizes.tape_bytes is None else best_fixed_leaf(
+                seq_len, store - sizes.segment_bytes, sizes.state_bytes, sizes.tape_bytes,
+                self.schedule.plain_steps)
+            if fixed is not None:
+                self.schedule, self._slots = fixed, fixed.slots
+                self.schedule_bytes = min(fixed.slots, seq_len) * sizes.state_bytes + \
+                    sizes.segment_bytes + (fixed.leaf - 1) * sizes.tape_bytes
         # Kept tapes can help only if one fits beside the working set (the longest leaf, with
         # every slot's bytes freed, is ``1 + store // tape_bytes``).
-        if sizes.tape_bytes is not None and store >= sizes.tape_bytes:
+        elif sizes.tape_bytes is not None and store >= sizes.tape_bytes:
             mixed = self._mixed(store)
             # The planner's own bytes can cost the mixed plan more than kept tapes save: keep
             # the better of the two.
@@ -161,8 +171,7 @@ class BudgetPlan:
             return
         self.schedule, self.table_bytes = plan, table
         self.schedule_bytes = inner_bytes + table + IO_STATES * sizes.state_bytes
-        self._slots = cm
-        self.disk_note = "used"
+        self._slots, self.disk_note = cm, "used"
 
     def _mixed(self, store: int) -> MixedPlan | None:
         """The mixed plan whose snapshots, kept tapes and walk fit ``store`` bytes, or None (store
@@ -269,7 +278,8 @@ class BudgetPlan:
 
     def __str__(self) -> str:
         l, s = self.seq_len, self.sizes
-        kind = "mixed (states and taped segments)" if isinstance(self.schedule, MixedPlan) \
+        kind = "mixed (states and taped segments)" \
+            if isinstance(self.schedule, (MixedPlan, FixedLeafPlan)) \
             else ("disk (states in RAM and on disk, taped segments in RAM)"
                   if isinstance(self.schedule.table.inner, MixedInner)
                   else "disk (states in RAM and on disk)") \

@@ -234,3 +234,71 @@ class MixedPlan:
     def __repr__(self) -> str:
         return (f"MixedPlan({self.seq_len}, memory={self.memory}, state_bytes={self.state_bytes}, "
                 f"tape_bytes={self.tape_bytes})")
+
+
+class FixedLeafPlan:
+    """The optimal schedule with at most ``slots`` stored states and taped segments of at most
+    ``leaf`` steps, whatever is stored: the mixed recursion with a constant ``L`` (see the module
+    docstring). This is the model of a program whose buffers are allocated statically (XLA):
+    room for ``slots`` states and for one taped segment of ``leaf`` steps exists all the time,
+    so tapes cannot borrow the bytes of freed slots. ``leaf=1`` is Revolve. Same interface as
+    :class:`~bincheck.schedule.binomial.Plan`; ``dp_work`` is what the exact DP would cost
+    where the closed forms do not answer (0 when they do)."""
+
+    def __init__(self, seq_len: int, slots: int, leaf: int) -> None:
+        self.seq_len = check_positive_int("seq_len", seq_len)
+        self.slots = check_positive_int("slots", slots)
+        self.leaf = check_positive_int("leaf", leaf)
+        self.top = min(slots, seq_len)
+        self.table = ChainTable(seq_len, [leaf] * (self.top + 1))
+        self.dp_work = self.table.dp_work(seq_len, self.top)
+
+    def __iter__(self) -> Iterator[Action]:
+        return mixed_actions(self.seq_len, self.top, self.table)
+
+    @property
+    def plain_steps(self) -> int:
+        return int(self.table.cost(self.seq_len, self.top))
+
+    @property
+    def taped_steps(self) -> int:
+        return self.seq_len
+
+    @property
+    def first_reverse_start(self) -> int:
+        lo, s = 0, self.top
+        while True:
+            j = self.table.split(self.seq_len - lo, s)
+            if j == 0:
+                return lo
+            lo, s = lo + j, s - 1
+
+    def __repr__(self) -> str:
+        return f"FixedLeafPlan({self.seq_len}, slots={self.slots}, leaf={self.leaf})"
+
+
+#: Segment lengths a statically allocated plan tries (beyond these, a budget that fits long
+#: segments fits every state too, or the exact DP gets slow).
+FIXED_LEAVES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+#: Element operations of the exact DP a candidate may need (about 0.1 s at C speed).
+FIXED_DP_LIMIT = 2_000_000
+
+
+def best_fixed_leaf(seq_len: int, store: int, state_bytes: int, tape_bytes: int,
+                    plain_steps: int) -> FixedLeafPlan | None:
+    """The :class:`FixedLeafPlan` with fewer plain steps than ``plain_steps`` (the states-only
+    plan's) whose ``slots * state_bytes + (leaf - 1) * tape_bytes`` fits ``store``, or None.
+    Candidates whose exact DP would exceed :data:`FIXED_DP_LIMIT` are skipped."""
+    best = None
+    for leaf in FIXED_LEAVES:
+        if leaf > seq_len:
+            break
+        slots = (store - (leaf - 1) * tape_bytes) // state_bytes
+        if slots < 1:
+            break
+        plan = FixedLeafPlan(seq_len, slots, leaf)
+        if plan.dp_work > FIXED_DP_LIMIT:
+            continue
+        if plan.plain_steps < plain_steps:
+            best, plain_steps = plan, plan.plain_steps
+    return best
