@@ -101,6 +101,23 @@ def taped_segment(flat: Flat, P: list, h: list, xwin: list, m: Any,
     return (_put(end, hdiff, end_d), _put(ys, ydiff, ys_d)), vjp
 
 
+def _recompute(flat: Flat, P: list, xs: list, buf: list, tabs: tuple, e: Any,
+               lo: Any) -> tuple[list, list]:
+    """The state before step ``lo``, recomputed for the reverse of the segment ending at step
+    ``e``: restore its slot, advance storing the snapshots its row of the tables lists, then
+    advance to ``lo``. Returns ``(state, buf)``."""
+    _, restore_slot, restore_index, snap_ptr, snap_pos, snap_slot = tabs[:6]
+
+    def snap(q: Any, c: tuple) -> tuple:
+        pos, h, buf = c
+        target = snap_pos[q]
+        h = _advance(flat, P, xs, h, pos, target)
+        return target, h, _write(buf, snap_slot[q], h)
+    pos, h, buf = lax.fori_loop(snap_ptr[e], snap_ptr[e + 1], snap,
+                                (restore_index[e], _read(buf, restore_slot[e]), buf))
+    return _advance(flat, P, xs, h, pos, lo), buf
+
+
 def forward_sweep(flat: Flat, tables: Tables, P: list, h0: list, xs: list,
                   tabs: tuple) -> tuple:
     """The first sweep: ``((h_T, ys), residuals)``. Stores the states the tables name and tapes
@@ -151,21 +168,10 @@ def reverse_sweep(flat: Flat, tables: Tables, res: tuple, g_h: list, g_ys: list,
           if w]
     gx = _write(gx, T - 1, [v for v in gx_last if v is not None])
     if T > 1:
-        _, restore_slot, restore_index, snap_ptr, snap_pos, snap_slot = tabs
-
         def body(k: Any, carry: tuple) -> tuple:
             buf, gh, gP, gx = carry
             j = T - 2 - k
-            h = _read(buf, restore_slot[j])
-
-            def snap(q: Any, c: tuple) -> tuple:
-                pos, h, buf = c
-                target = snap_pos[q]
-                h = _advance(flat, P, xs, h, pos, target)
-                return target, h, _write(buf, snap_slot[q], h)
-            pos, h, buf = lax.fori_loop(snap_ptr[j], snap_ptr[j + 1], snap,
-                                        (restore_index[j], h, buf))
-            h = _advance(flat, P, xs, h, pos, j)
+            h, buf = _recompute(flat, P, xs, buf, tabs, j, j)
             _, pb = flat.taped(P, h, x_at(xs, j))
             dP, gh, dx = pb((gh, x_at(g_ys, j)))
             gP = [a if a is None else a + b for a, b in zip(gP, dP)]
@@ -209,7 +215,7 @@ def _reverse_segments(flat: Flat, tables: Tables, res: tuple, g_h: list, g_ys: l
     T, L, lo0 = tables.seq_len, tables.max_seg, tables.first_lo
     P, xs, buf, pullback, tabs = res
     tabs = tuple(jnp.asarray(a) for a in tabs)
-    _, restore_slot, restore_index, snap_ptr, snap_pos, snap_slot, seg_len = tabs
+    seg_len = tabs[6]
     p_want, x_want = _pick(p_wanted, flat.p_diff), _pick(x_wanted, flat.x_diff)
     xd = _pick(xs, flat.x_diff)
     gyd = [c for c in g_ys]                             # differentiable y cotangents
@@ -222,16 +228,7 @@ def _reverse_segments(flat: Flat, tables: Tables, res: tuple, g_h: list, g_ys: l
         e, buf, gh, gP, gx = carry
         m = seg_len[e]
         lo = e - m + 1
-        h = _read(buf, restore_slot[e])
-
-        def snap(q: Any, c: tuple) -> tuple:
-            pos, h, buf = c
-            target = snap_pos[q]
-            h = _advance(flat, P, xs, h, pos, target)
-            return target, h, _write(buf, snap_slot[q], h)
-        pos, h, buf = lax.fori_loop(snap_ptr[e], snap_ptr[e + 1], snap,
-                                    (restore_index[e], h, buf))
-        h = _advance(flat, P, xs, h, pos, lo)
+        h, buf = _recompute(flat, P, xs, buf, tabs, e, lo)
         _, pb = taped_segment(flat, P, h, _window(xs, lo, L, T), m, L)
         dP, gh, dxw = pb((gh, _window(gyd, lo, L, T)))
         gP = [a if a is None else a + b for a, b in zip(gP, dP)]
