@@ -165,3 +165,32 @@ def test_segments_are_opt_in_and_need_a_byte_budget():
     carry, _ = bj.scan(lambda h, x: (tanh_cell(params, h, x), None), h0, xs, memory=BUDGET,
                        keep_segments=True)
     assert_close(carry, plain_loop(tanh_cell, params, h0, xs))
+
+
+@pytest.mark.parametrize("T,slots,leaf", [(1, 1, 2), (2, 1, 2), (5, 1, 8), (6, 2, 3), (9, 1, 3)])
+def test_short_loops_and_a_loop_taped_whole(T, slots, leaf):
+    """Through the tables directly: a first segment that starts at step 0 (the whole loop one
+    segment, no plain step before it) and loops of one or two steps."""
+    from bincheck.jax.boundary import Flat
+    from bincheck.jax.forward import checkpointed
+    from bincheck.jax.tables import compile_plan
+    params, h0, xs = problem(T, B=2, H=3, I=2)
+    plan = FixedLeafPlan(T, slots, leaf)
+    tables = compile_plan(iter(plan), T, leaf)
+    assert (tables.first_lo == 0) == (leaf >= T)
+
+    def whole(p, h, x):
+        new = tanh_cell(p, h, x)
+        return new, jnp.sum(new * x[:, :1])
+
+    def loss(p, h, x):
+        flat = Flat(whole, p, h, x, T)
+        loop = checkpointed(flat, tables)
+        new, ys = loop(flat.p, flat.h, flat.x, tuple(jnp.asarray(a) for a in tables.arrays()))
+        return jnp.sum(new[0] ** 3) + jnp.sum(ys[0] ** 2)
+    readout = lambda p, h, x: jnp.sum(h * x[:, :1])                       # noqa: E731
+
+    def ref(p, h, x):
+        final, ys = plain_loop(tanh_cell, p, h, x, output_fn=readout)
+        return jnp.sum(final ** 3) + jnp.sum(ys ** 2)
+    assert_close(jax.grad(loss, (0, 1, 2))(params, h0, xs), jax.grad(ref, (0, 1, 2))(params, h0, xs))

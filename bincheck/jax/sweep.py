@@ -201,7 +201,9 @@ def _forward_segments(flat: Flat, tables: Tables, P: list, h0: list, xs: list,
         buf = _write(buf, jnp.where(slot >= 0, slot, S), h)
         new, y = flat.full(P, h, x_at(xs, t))
         return new, buf, _write(ys, t, y)
-    h, buf, ys = lax.fori_loop(0, lo, body, (h0, buf, ys))
+    h = h0
+    if lo > 0:                                  # else the whole loop is one taped segment
+        h, buf, ys = lax.fori_loop(0, lo, body, (h0, buf, ys))
     m = T - lo
     (new, ywin), pullback = taped_segment(flat, P, h, _window(xs, lo, L, T), m, L)
     ys = _write_rows(ys, lo, m, ywin)
