@@ -160,7 +160,7 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     """
     exactly_one_budget(num_ckpts, memory)
     seq_len = check_positive_int("seq_len", seq_len)
-    check_bool("keep_segments", keep_segments)
+    keep_segments = check_bool("keep_segments", keep_segments)
     if keep_segments and memory is None:
         raise TypeError("keep_segments=True plans within a byte budget: pass memory=... (with "
                         "num_ckpts the plan stores states only)")

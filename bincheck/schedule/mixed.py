@@ -290,8 +290,9 @@ def best_fixed_leaf(seq_len: int, store: int, state_bytes: int, tape_bytes: int,
     plan's) whose ``slots * state_bytes + (leaf - 1) * tape_bytes`` fits ``store``, or None.
     Candidates whose exact DP would exceed :data:`FIXED_DP_LIMIT` are skipped."""
     best = None
-    for leaf in FIXED_LEAVES:
-        if leaf > seq_len:
+    # the whole loop taped at once is a candidate too when it is shorter than the longest
+    for leaf in sorted({*FIXED_LEAVES, seq_len} if seq_len <= FIXED_LEAVES[-1] else FIXED_LEAVES):
+        if leaf > seq_len or leaf < 2:
             break
         slots = (store - (leaf - 1) * tape_bytes) // state_bytes
         if slots < 1:
