@@ -5,8 +5,9 @@ Quick default (about 3 minutes on the 2-core VM): tanh, LSTM and GRU cells, T=10
 B=32, I=128, 3 timed rounds, then a small bounded-while-loop table. ``--full``: the issue's
 H=256, I=256, 5 rounds (the while-loop table at H=256 too). ``--smoke``: tiny sizes, for the test
 suite (writes to a temporary folder unless ``--out`` is given). ``--while``: only the while-loop
-table (to ``while-<mode>.*``); ``--no-while``: only the RNN one. XLA on one thread (``XLA_FLAGS``,
-set here before jax is imported), float32, CPU.
+table (to ``while-<mode>.*``); ``--no-while``: only the RNN one. float32, CPU, XLA on one core:
+the process is pinned to one CPU before jax is imported (:func:`pin_xla`); ``--all-cores``
+leaves every CPU to XLA (results to ``<mode>-allcores.*``).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ WHILE_MODES = {
                  rounds=5),
 }
 RESULTS = os.path.join("benchmarks", "jax", "results")
-XLA_ONE_THREAD = ("--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1")
+XLA_ONE_THREAD = ("--xla_cpu_multi_thread_eigen=false",)
 INSTALL = 'pip install -e ".[jaxbench]"'
 # what bincheck.jax imports: a change elsewhere in bincheck/ does not change these results
 LIBRARY = ("bincheck/jax", "bincheck/schedule", "bincheck/runtime", "bincheck/__init__.py")
@@ -47,7 +48,7 @@ def parse_args(argv):
         description="Gradient time, XLA temporaries and step evaluations of bincheck.jax, "
                     "lax.scan, scan of jax.checkpoint, nested √T remat and Equinox's "
                     "checkpointed while loop on RNN cells, then the bounded-while-loop table; "
-                    "CPU, float32, XLA on one thread. Without options: the quick run (tanh, "
+                    "CPU, float32, XLA on one core. Without options: the quick run (tanh, "
                     "LSTM, GRU; T=1000, H=128, B=32; a small while-loop table).")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--full", action="store_true",
@@ -64,6 +65,9 @@ def parse_args(argv):
     p.add_argument("--keep-segments", action="store_true",
                    help="each bincheck memory= run also with keep_segments=True (kept taped "
                         "segments), side by side; results written to <mode>-segments.*")
+    p.add_argument("--all-cores", action="store_true",
+                   help="do not pin the process to one CPU: XLA's thread pool uses every core "
+                        "(results written to <mode>-allcores.*)")
     p.add_argument("--rounds", type=int, help="timed rounds (median; at least 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of parameters and inputs")
     p.add_argument("--out", help=f"output folder (default {RESULTS}; --smoke: a temporary one)")
@@ -111,13 +115,24 @@ def load_average() -> str:
         return "unknown"
 
 
-def pin_xla() -> str:
-    """XLA on one thread, and the CPU backend: set before jax is imported."""
+def pin_xla(all_cores: bool = False) -> tuple[str, list[int]]:
+    """XLA on one core, and the CPU backend: set before jax is imported. Returns the flags and
+    the CPUs the process may run on.
+
+    ``XLA_FLAGS`` alone do not make XLA single-threaded: jax 0.10's CPU backend runs its
+    YNNPACK fusions (the dots) on a thread pool sized from the CPUs the process may use, and
+    with two CPUs both were busy (profiles of bincheck and Equinox on 2026-11-24 showed
+    ``SlinkyThreadPool::Await``, a thread waiting for the pool's other worker). So the process
+    is pinned to one CPU, which sizes that pool to one thread."""
     flags = os.environ.get("XLA_FLAGS", "").split()
     flags += [f for f in XLA_ONE_THREAD if f not in flags]
     os.environ["XLA_FLAGS"] = " ".join(flags)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    return os.environ["XLA_FLAGS"]
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if cpus and not all_cores:
+        os.sched_setaffinity(0, {cpus[-1]})
+        cpus = [cpus[-1]]
+    return os.environ["XLA_FLAGS"], cpus
 
 
 def import_peers():
@@ -134,12 +149,12 @@ def import_peers():
 def write_all(out: str, name: str, meta: dict, rows: list, while_rows: list | None) -> str:
     from ..rnn.report import write_atomic
     from .plot import plot_png
-    from .report import json_bytes, markdown
+    from .report import cores_label, json_bytes, markdown
     write_atomic(os.path.join(out, f"{name}.json"), json_bytes(meta, rows, while_rows))
     text = markdown(meta, rows, while_rows)
     write_atomic(os.path.join(out, f"{name}.md"), text.encode())
     png = plot_png(rows, f"bincheck.jax vs lax.scan, remat and Equinox, {meta['mode']} run "
-                         f"{meta['date'][:10]}, CPU float32, XLA on 1 thread") if rows else None
+                         f"{meta['date'][:10]}, CPU float32, {cores_label(meta)}") if rows else None
     if png is not None:
         write_atomic(os.path.join(out, f"{name}.png"), png)
     return text
@@ -153,18 +168,21 @@ def main(argv=None) -> int:
         name = os.path.splitext(os.path.basename(args.replot))[0]
         print(write_all(args.out, name, meta, rows, while_rows))
         return 0
-    xla_flags = pin_xla()
+    xla_flags, cpus = pin_xla(args.all_cores)
     jax, equinox = import_peers()
     name = f"while-{args.mode}" if args.cfg is None else args.mode
     if args.keep_segments and args.cfg is not None:
         name += "-segments"
+    if args.all_cores:
+        name += "-allcores"
     commit, dirty = library_version()
     meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), mode=args.mode,
                 part="while" if args.cfg is None else "rnn" if args.while_cfg is None else
                 "all", jax=jax.__version__, equinox=equinox.__version__,
                 bincheck_commit=commit, bincheck_dirty=dirty, xla_flags=xla_flags,
                 python=platform.python_version(), machine=platform.machine(),
-                cpus=os.cpu_count(), load_start=load_average(), load_end=None, seconds=None,
+                cpus=os.cpu_count(), cpu_affinity=cpus, load_start=load_average(),
+                load_end=None, seconds=None,
                 config=args.cfg, while_config=args.while_cfg, seed=args.seed)
     t0 = time.perf_counter()
     rows: list = []

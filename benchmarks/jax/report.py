@@ -177,6 +177,15 @@ def targets_md(rows: list) -> str:
     return "\n".join(out) + "\n"
 
 
+def cores_label(meta: dict) -> str:
+    """The CPUs the run could use (runs before 2026-11-24 recorded none: XLA_FLAGS alone, which
+    left XLA's YNNPACK thread pool on every core)."""
+    cpus = meta.get("cpu_affinity")
+    if cpus is None:
+        return f"XLA not pinned ({meta.get('cpus')} CPUs)"
+    return f"XLA pinned to CPU {cpus[0]}" if len(cpus) == 1 else f"XLA on {len(cpus)} CPUs"
+
+
 def meta_md(meta: dict) -> str:
     commit = meta.get("bincheck_commit")
     seconds = meta.get("seconds")
@@ -186,7 +195,7 @@ def meta_md(meta: dict) -> str:
             + (f"bincheck at {commit}" if commit else "")
             + (f" ({', '.join(meta['bincheck_dirty'])} modified)" if meta.get("bincheck_dirty")
                else "") + (", " if commit else "")
-            + f"XLA_FLAGS=\"{meta.get('xla_flags')}\", load average at start "
+            + f"XLA_FLAGS=\"{meta.get('xla_flags')}\", {cores_label(meta)}, load average at start "
             f"{meta['load_start']}, at end {meta['load_end']}"
             + ("" if seconds is None else f"; {seconds:.0f} s") + ".\n")
 
