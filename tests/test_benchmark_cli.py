@@ -150,6 +150,8 @@ def test_jax_benchmark_smoke_run(tmp_path):
     data = json.loads((tmp_path / "smoke.json").read_text())
     rows, while_rows = data["rows"], data["while_rows"]
     assert rows and while_rows
+    if hasattr(os, "sched_setaffinity"):    # XLA's thread pool sized to one CPU
+        assert len(data["meta"]["cpu_affinity"]) == 1, data["meta"]
     for r in rows:
         assert r["status"] == "ok" or r["status"].startswith("refused"), r
         if r["kind"] == "bincheck" and r["status"] == "ok":

@@ -17,7 +17,8 @@ Order, per cell:
 4. timed rounds, strategies interleaved and the order reversed every other round; each round
    first measures the per-step costs (a plain step, a taped step + backward), so that every
    bincheck run's bound uses costs measured in the same process and period. Time = median of
-   the rounds.
+   the rounds; every ratio (time / store-all, time / bound, and target (a)'s bincheck / peer)
+   is the median over rounds of the ratio within a round (:func:`benchmarks.ratios.paired`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..ratios import paired
 from . import strategies as S
 from .meter import peak_bytes, step_costs
 
@@ -180,7 +182,7 @@ class CellRun:
         ref.time_s = statistics.median(ref.times_s)
         for st, row in self.live:
             row.time_s = statistics.median(row.times_s)
-            row.rel_time = row.time_s / ref.time_s
+            row.rel_time = paired(row.times_s, ref.times_s)
             row.peak_rel = row.metered_peak / ref.metered_peak
             row.step_plain_ms, row.step_taped_ms = 1e3 * plain, 1e3 * taped
             sts = stats[id(row)]
@@ -191,7 +193,9 @@ class CellRun:
                     setattr(row, f"{name}_s",
                             statistics.median(getattr(s, f"{name}_seconds") for s in sts))
                 row.bound_s = row.plain_steps * plain + row.taped_steps * taped
-                row.time_over_bound = row.time_s / row.bound_s
+                # each round's time over the bound of that round's step costs
+                row.time_over_bound = paired(row.times_s, [
+                    row.plain_steps * c[0] + row.taped_steps * c[1] for c in costs])
 
 
 def run_cell(prob: S.Problem, num_ckpts: list[int], fractions: list[float], rounds: int,

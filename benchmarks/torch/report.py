@@ -7,6 +7,7 @@ import io
 import json
 from dataclasses import fields
 
+from ..ratios import paired
 from .harness import Row
 
 MiB = 2**20
@@ -91,15 +92,16 @@ def targets(rows: list[Row]) -> list[tuple[str, str, bool | None, str]]:
                 res.append(("a", cell, False, f"at {peer.label}'s loop share "
                             f"{_mib(peer.loop_bytes)} MiB: {why}"))
                 continue
-            res.append(("a", cell, ours.time_s <= peer.time_s,
+            ratio = paired(ours.times_s, peer.times_s)
+            res.append(("a", cell, ratio <= 1.0,
                         f"{peer.label}: {peer.time_s:.3f} s; bincheck at its "
                         f"{_mib(ours.memory_budget)} MiB: {ours.time_s:.3f} s "
-                        f"({ours.time_s / peer.time_s:.2f}×)"))
+                        f"({ratio:.2f}×, per-round ratio)"))
         for r in ok:
             if r.kind == "bincheck" and r.time_over_bound is not None:
                 res.append(("b", cell, r.time_over_bound <= 1.05,
-                            f"{r.label}: {r.time_s:.3f} s / bound {r.bound_s:.3f} s = "
-                            f"{r.time_over_bound:.2f}"))
+                            f"{r.label}: {r.time_s:.3f} s, bound {r.bound_s:.3f} s; "
+                            f"{r.time_over_bound:.2f} (per-round ratio)"))
         lowest_peer = min((p.loop_bytes for p in peers), default=None)
         for r in mine:
             if r.kind != "bincheck" or r.budget_of is None or not r.budget_of.endswith("%"):
