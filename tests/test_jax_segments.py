@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from jax_helpers import (Counter, assert_close, jax, plain_loop, problem,  # noqa: E402
-                         tanh_cell, temp_bytes)
+from jax_helpers import (Counter, assert_close, closed_form, jax, plain_loop,  # noqa: E402
+                         problem, tanh_cell, temp_bytes)
 import jax.numpy as jnp  # noqa: E402
 
 import bincheck  # noqa: E402
@@ -194,3 +194,47 @@ def test_short_loops_and_a_loop_taped_whole(T, slots, leaf):
         final, ys = plain_loop(tanh_cell, p, h, x, output_fn=readout)
         return jnp.sum(final ** 3) + jnp.sum(ys ** 2)
     assert_close(jax.grad(loss, (0, 1, 2))(params, h0, xs), jax.grad(ref, (0, 1, 2))(params, h0, xs))
+
+
+# ---------------------------------------------- recipe: segments of one static length (docs)
+def super_step_scan(f, L):
+    """docs/jax.rst's recipe: ``f(carry, x) -> (carry, y)`` run ``L`` steps at a time, as one
+    ``lax.scan`` (a super-step) that bincheck checkpoints and tapes whole."""
+    def block(carry, xs_block):
+        return jax.lax.scan(f, carry, xs_block)
+    return block
+
+
+@pytest.mark.parametrize("T,L,s", [(24, 4, 3), (30, 5, 2), (12, 12, 1), (40, 8, 6)])
+def test_static_segments_recipe_is_exact_and_counts_L_times_revolve(T, L, s):
+    """The loop over ``T / L`` super-steps: gradients equal ``lax.scan``'s for every argument,
+    per-step outputs included; the step runs ``L * t(T / L, s)`` times plain and ``T`` taped
+    (each reversed super-step is one taped scan), counted at run time."""
+    params, h0, xs = problem(T)
+    evals = []
+
+    def f(p):
+        def step(h, x):
+            # the operand ties the callback to the carry (else a scan may hoist it)
+            jax.debug.callback(lambda _: evals.append(1), h[0, 0])
+            h = tanh_cell(p, h, x)
+            return h, jnp.sum(jnp.sin(h) * x[:, :1])
+        return step
+
+    def loss(run):
+        def go(p, h, x):
+            final, ys = run(f(p), h, x)
+            return jnp.sum(final ** 3) + jnp.sum(ys * jnp.arange(1, T + 1))
+        return go
+
+    def recipe(step, h, x):
+        n = T // L
+        carry, ys = bj.scan(super_step_scan(step, L), h, x.reshape((n, L) + x.shape[1:]),
+                            num_ckpts=s)
+        return carry, ys.reshape((T,) + ys.shape[2:])
+    plain = lambda step, h, x: jax.lax.scan(step, h, x)                     # noqa: E731
+    got = jax.jit(jax.grad(loss(recipe), (0, 1, 2)))(params, h0, xs)
+    jax.effects_barrier()
+    counted, evals[:] = len(evals), []
+    assert counted == L * closed_form(T // L, s) + T
+    assert_close(got, jax.grad(loss(plain), (0, 1, 2))(params, h0, xs))

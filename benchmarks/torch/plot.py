@@ -60,8 +60,9 @@ def plot_png(rows: list[Row], title: str) -> bytes | None:
     fig.subplots_adjust(left=0.7 / width, right=1 - 0.25 / width, top=1 - top_in / height,
                         bottom=bottom_in / height, wspace=0.15)
     fig.suptitle(title, fontsize=10.5, y=1 - 0.1 / height, va="top")
-    caption = ("x: metered peak (profiler allocation events) / store-all's, log scale; y: median "
-               "time / store-all's. Hollow grey circle joined to a bincheck point: that run's "
+    caption = ("x: metered peak (profiler allocation events) / store-all's, log scale; y: time / "
+               "store-all's, the median of the per-round ratios. Hollow grey circle joined to a "
+               "bincheck point: that run's "
                "bound, the plan's plain steps × plain step + T × (taped step + backward), "
                "per-step costs measured in the same run.")
     fig.text(0.5, 1 - 0.42 / height, "\n".join(textwrap.wrap(caption, int(width * 15))),
