@@ -66,8 +66,9 @@ def parse_args(argv):
                    help="each bincheck memory= run also with keep_segments=True (kept taped "
                         "segments), side by side; results written to <mode>-segments.*")
     p.add_argument("--all-cores", action="store_true",
-                   help="do not pin the process to one CPU: XLA's thread pool uses every core "
-                        "(results written to <mode>-allcores.*)")
+                   help="do not pin the process to one CPU: XLA's YNNPACK thread pool uses "
+                        "every CPU the process may use (Eigen stays single-threaded); results "
+                        "written to <mode>-allcores.*")
     p.add_argument("--rounds", type=int, help="timed rounds (median; at least 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of parameters and inputs")
     p.add_argument("--out", help=f"output folder (default {RESULTS}; --smoke: a temporary one)")
@@ -115,7 +116,7 @@ def load_average() -> str:
         return "unknown"
 
 
-def pin_xla(all_cores: bool = False) -> tuple[str, list[int]]:
+def pin_xla(all_cores: bool = False) -> tuple[str, list[int] | None]:
     """XLA on one core, and the CPU backend: set before jax is imported. Returns the flags and
     the CPUs the process may run on.
 
@@ -128,10 +129,18 @@ def pin_xla(all_cores: bool = False) -> tuple[str, list[int]]:
     flags += [f for f in XLA_ONE_THREAD if f not in flags]
     os.environ["XLA_FLAGS"] = " ".join(flags)
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if cpus and not all_cores:
-        os.sched_setaffinity(0, {cpus[-1]})
-        cpus = [cpus[-1]]
+    if not hasattr(os, "sched_getaffinity"):
+        print("benchmarks.jax: this platform cannot pin a process to a CPU; XLA uses every core",
+              file=sys.stderr)
+        return os.environ["XLA_FLAGS"], None
+    cpus = sorted(os.sched_getaffinity(0))
+    if not all_cores and len(cpus) > 1:
+        try:
+            os.sched_setaffinity(0, {cpus[-1]})
+            cpus = [cpus[-1]]
+        except OSError as err:
+            print(f"benchmarks.jax: could not pin to CPU {cpus[-1]} ({err}); XLA uses "
+                  f"{len(cpus)} CPUs", file=sys.stderr)
     return os.environ["XLA_FLAGS"], cpus
 
 

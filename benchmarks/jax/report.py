@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-import statistics
 from typing import Any
+
+from ..ratios import paired as paired_times
 
 MiB = 2**20
 PEERS = ("scan-remat", "nested", "eqx")     # as strategies.PEERS (not imported: no jax here)
@@ -38,9 +39,8 @@ def rows_from_json(path: str) -> tuple[dict, list, list]:
 
 
 def paired(a: Any, b: Any) -> float:
-    """a's time over b's: the median over rounds of the ratio within each round (the rounds
-    interleave the strategies, so a round's two times share the machine's load)."""
-    return statistics.median(x / y for x, y in zip(a.times_s, b.times_s))
+    """Row a's time over row b's: :func:`benchmarks.ratios.paired` of their rounds."""
+    return paired_times(a.times_s, b.times_s)
 
 
 def _f(v: Any, spec: str, missing: str = "–") -> str:
@@ -181,7 +181,7 @@ def cores_label(meta: dict) -> str:
     """The CPUs the run could use (runs before 2026-11-24 recorded none: XLA_FLAGS alone, which
     left XLA's YNNPACK thread pool on every core)."""
     cpus = meta.get("cpu_affinity")
-    if cpus is None:
+    if not cpus:
         return f"XLA not pinned ({meta.get('cpus')} CPUs)"
     return f"XLA pinned to CPU {cpus[0]}" if len(cpus) == 1 else f"XLA on {len(cpus)} CPUs"
 

@@ -110,6 +110,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     cfg = args.cfg
     meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), mode=args.mode,
+                ratios="per-round",
                 torch=torch.__version__, bincheck_commit=library_version(),
                 threads=torch.get_num_threads(),
                 python=platform.python_version(), machine=platform.machine(),

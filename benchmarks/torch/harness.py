@@ -73,6 +73,8 @@ class Row:
     library_s: float | None = None
     bound_s: float | None = None        # plain_steps * plain step + taped_steps * taped step
     time_over_bound: float | None = None
+    bounds_s: list = field(default_factory=list)   # per round: that round's costs' bound
+    ratios: str = "per-round"   # how the ratios were taken ("medians": runs before 2026-11-24)
     step_plain_ms: float | None = None  # per-step costs, medians over the rounds
     step_taped_ms: float | None = None
 
@@ -194,8 +196,8 @@ class CellRun:
                             statistics.median(getattr(s, f"{name}_seconds") for s in sts))
                 row.bound_s = row.plain_steps * plain + row.taped_steps * taped
                 # each round's time over the bound of that round's step costs
-                row.time_over_bound = paired(row.times_s, [
-                    row.plain_steps * c[0] + row.taped_steps * c[1] for c in costs])
+                row.bounds_s = [row.plain_steps * c[0] + row.taped_steps * c[1] for c in costs]
+                row.time_over_bound = paired(row.times_s, row.bounds_s)
 
 
 def run_cell(prob: S.Problem, num_ckpts: list[int], fractions: list[float], rounds: int,

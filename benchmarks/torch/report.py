@@ -20,7 +20,12 @@ def json_bytes(meta: dict, rows: list[Row]) -> bytes:
 def rows_from_json(path: str) -> tuple[dict, list[Row]]:
     with open(path) as f:
         data = json.load(f)
-    return data["meta"], [Row(**r) for r in data["rows"]]
+    meta = data["meta"]
+    rows = [Row(**r) for r in data["rows"]]
+    if meta.get("ratios") != "per-round":       # written before ratios were paired per round
+        for r in rows:
+            r.ratios = "medians"
+    return meta, rows
 
 
 def csv_bytes(rows: list[Row]) -> bytes:
@@ -30,6 +35,7 @@ def csv_bytes(rows: list[Row]) -> bytes:
     for r in rows:
         rec = r.record()
         rec["times_s"] = " ".join(f"{t:.4f}" for t in r.times_s)
+        rec["bounds_s"] = " ".join(f"{t:.4f}" for t in r.bounds_s)
         w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in rec.items()})
     return buf.getvalue().encode()
 
@@ -101,7 +107,9 @@ def targets(rows: list[Row]) -> list[tuple[str, str, bool | None, str]]:
             if r.kind == "bincheck" and r.time_over_bound is not None:
                 res.append(("b", cell, r.time_over_bound <= 1.05,
                             f"{r.label}: {r.time_s:.3f} s, bound {r.bound_s:.3f} s; "
-                            f"{r.time_over_bound:.2f} (per-round ratio)"))
+                            f"{r.time_over_bound:.2f}"
+                            + (" (per-round ratio)" if r.ratios == "per-round"
+                               else " (ratio of medians)")))
         lowest_peer = min((p.loop_bytes for p in peers), default=None)
         for r in mine:
             if r.kind != "bincheck" or r.budget_of is None or not r.budget_of.endswith("%"):
