@@ -1,6 +1,6 @@
 """Kept taped segments under XLA's static allocation (issue 18, item 4).
 
-With ``memory=`` and ``keep_segments=True``, ``bincheck.jax`` plans with :class:`FixedLeafPlan`:
+With ``memory=`` and ``keep_segments="masked"``, ``bincheck.jax`` plans with :class:`FixedLeafPlan`:
 ``slots`` stored states and taped segments of at most ``leaf`` steps, both allocated all the time
 (XLA cannot let a tape borrow the bytes of a freed slot), when that beats storing states only. A
 segment is one ``jax.vjp`` of a masked scan of ``leaf`` steps.
@@ -67,7 +67,7 @@ def chosen(loop, *args):
 
 def test_segments_are_chosen_where_they_pay_and_the_budget_holds():
     params, h0, xs = problem(T)
-    loop = bj.binomial_checkpoint(tanh_cell, T, memory=BUDGET, keep_segments=True)
+    loop = bj.binomial_checkpoint(tanh_cell, T, memory=BUDGET, keep_segments="masked")
     plan = chosen(loop, params, h0, xs)
     sizes = replace(plan.sizes, tape_bytes=None)
     assert plan.plain_steps < BudgetPlan(T, BUDGET, sizes).plain_steps
@@ -81,7 +81,7 @@ def test_gradients_with_segments_equal_scan_for_every_argument(jit):
     params, h0, xs = problem(T)
     readout = lambda p, h, x: jnp.sum(jnp.sin(h) * x[:, :1])            # noqa: E731
     loop = bj.binomial_checkpoint(tanh_cell, T, memory=BUDGET, output_fn=readout,
-                                   keep_segments=True)
+                                   keep_segments="masked")
     chosen(loop, params, h0, xs)
 
     def loss(run):
@@ -102,17 +102,17 @@ def test_gradients_with_segments_equal_scan_for_every_argument(jit):
 def test_segments_evaluate_the_plan_s_plain_steps_and_each_step_taped_once():
     params, h0, xs = problem(T)
     counter = Counter()
-    loop = bj.binomial_checkpoint(counter.wrap(tanh_cell), T, memory=BUDGET, keep_segments=True)
+    loop = bj.binomial_checkpoint(counter.wrap(tanh_cell), T, memory=BUDGET, keep_segments="masked")
     plan = chosen(loop, params, h0, xs)
     counter = Counter()
-    loop = bj.binomial_checkpoint(counter.wrap(tanh_cell), T, memory=BUDGET, keep_segments=True)
+    loop = bj.binomial_checkpoint(counter.wrap(tanh_cell), T, memory=BUDGET, keep_segments="masked")
     jax.jit(jax.grad(lambda p: jnp.sum(loop(p, h0, xs) ** 2)))(params)
     assert counter.settled()["fn"] == plan.plain_steps + T
 
 
 def test_forward_mode_and_hvp_with_segments():
     params, h0, xs = problem(T)
-    loop = bj.binomial_checkpoint(tanh_cell, T, memory=BUDGET, keep_segments=True)
+    loop = bj.binomial_checkpoint(tanh_cell, T, memory=BUDGET, keep_segments="masked")
     chosen(loop, params, h0, xs)
     ref = lambda h: plain_loop(tanh_cell, params, h, xs)                   # noqa: E731
     tangent = jnp.ones_like(h0)
@@ -129,7 +129,7 @@ def test_integer_leaves_and_vmap_with_segments():
     def step(p, st, x):
         h, n = st
         return tanh_cell(p, h, x), n + 1
-    loop = bj.binomial_checkpoint(step, T, memory=BUDGET + 2_000, keep_segments=True)
+    loop = bj.binomial_checkpoint(step, T, memory=BUDGET + 2_000, keep_segments="masked")
     chosen(loop, params, (h0, jnp.zeros((), jnp.int32)), xs)
 
     def loss(run):
@@ -146,7 +146,7 @@ def test_integer_leaves_and_vmap_with_segments():
 
 def test_the_preview_names_the_static_plan():
     params, h0, xs = problem(T)
-    loop = bj.binomial_checkpoint(tanh_cell, T, memory="16kB", keep_segments=True)
+    loop = bj.binomial_checkpoint(tanh_cell, T, memory="16kB", keep_segments="masked")
     plan = chosen(loop, params, h0, xs)
     assert "mixed (states and taped segments)" in str(plan)
     assert plan.memory == bincheck.parse_bytes("16kB") == BUDGET
@@ -163,7 +163,7 @@ def test_segments_are_opt_in_and_need_a_byte_budget():
     with pytest.raises(TypeError, match="keep_segments"):
         bj.binomial_checkpoint(tanh_cell, T, memory=BUDGET, keep_segments="yes")
     carry, _ = bj.scan(lambda h, x: (tanh_cell(params, h, x), None), h0, xs, memory=BUDGET,
-                       keep_segments=True)
+                       keep_segments="masked")
     assert_close(carry, plain_loop(tanh_cell, params, h0, xs))
 
 

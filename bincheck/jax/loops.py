@@ -20,12 +20,14 @@ from ..runtime.front import Configured
 from ..schedule.binomial import Plan
 from ..schedule.mixed import FixedLeafPlan
 from ..schedule.budget import BudgetPlan, MemoryBudget, parse_bytes
-from ..schedule.validate import (check_bool, check_callable, check_int, check_positive_int,
+from ..schedule.validate import (check_callable, check_int, check_positive_int,
                                  exactly_one_budget)
 from .boundary import Flat
 from .sizes import measure
 from .forward import checkpointed as build
+from .segments import Block, StaticSegmentsPlan, choose
 from .tables import Tables, compile_plan
+
 
 
 class _Pair:
@@ -45,7 +47,7 @@ class CheckpointedLoop(Configured):
     _published = ("last_plan",)
 
     def __init__(self, fn: Callable, schedule: Any, output_fn: Callable | None = None,
-                 keep_segments: bool = False) -> None:
+                 keep_segments: bool | str = False) -> None:
         check_callable("fn", fn, "fn(params, state, x) -> new_state")
         if output_fn is not None:
             check_callable("output_fn", output_fn, "output_fn(params, new_state, x) -> y")
@@ -54,6 +56,8 @@ class CheckpointedLoop(Configured):
         self.last_plan = None
         self._tables: dict = {}
         self._sizes: dict = {}
+        self._static: dict = {}         # argument signature -> (L, loop of super-steps) or None
+        self._blocks: dict = {}         # L -> the loop of super-steps
         self._lock = threading.Lock()
         self._freeze()
 
@@ -67,25 +71,68 @@ class CheckpointedLoop(Configured):
         return self.last_plan if isinstance(self.schedule, MemoryBudget) else self.schedule
 
     def _flat(self, params: Any, init_state: Any, inputs: Any) -> Flat:
-        words = (("f", "xs", "length", "init") if isinstance(self.fn, _Pair) else
+        fn = self.fn.fn if isinstance(self.fn, Block) else self.fn
+        words = (("f", "xs", "length", "init") if isinstance(fn, _Pair) else
                  ("fn", "inputs", "seq_len", "init_state"))
         return Flat(self.whole, params, init_state, inputs, self.seq_len, words)
 
     def __call__(self, params: Any, init_state: Any, inputs: Any = None) -> Any:
         flat = self._flat(params, init_state, inputs)
+        static = self._static_for(flat, params, init_state, inputs)
+        if static is not None:
+            return self._call_static(static, params, init_state, inputs)
         plan = self.plan_for(flat)
         tables = self.tables_for(plan)
         loop = build(flat, tables)
         new, ys = loop(flat.p, flat.h, flat.x, tuple(jnp.asarray(a) for a in tables.arrays()))
         state = jax.tree.unflatten(flat.h_def, new)
-        if self.output_fn is None and not isinstance(self.fn, _Pair):
+        if self.output_fn is None and not isinstance(self.fn, (_Pair, Block)):
             return state
         return state, jax.tree.unflatten(flat.y_def, ys)
+
+    def _static_for(self, flat: Flat, params: Any, init_state: Any,
+                    inputs: Any) -> tuple[int, "CheckpointedLoop"] | None:
+        """With ``keep_segments=True`` and a byte budget: the segment length and the loop of
+        super-steps (:mod:`.segments`), or None to store states only. Chosen once per argument
+        signature."""
+        if self.keep_segments is not True or not isinstance(self.schedule, MemoryBudget):
+            return None
+        key = flat.signature()
+        if key in self._static:
+            return self._static[key]
+        states_only = self.plan_for(flat)          # raises below the minimum, naming it
+
+        def plan_for_length(L: int) -> Any:
+            inner = self._block_loop(L)
+            return inner.plan_for(inner._flat(params, init_state, windows(inputs, L)))
+        found = choose(self.seq_len, states_only.plain_steps, plan_for_length)
+        chosen = None if found is None else (found[0], self._block_loop(found[0]))
+        with self._lock:
+            return self._static.setdefault(key, chosen)
+
+    def _block_loop(self, L: int) -> "CheckpointedLoop":
+        with self._lock:
+            loop = self._blocks.get(L)
+            if loop is None:
+                loop = self._blocks[L] = CheckpointedLoop(
+                    Block(self.whole, L, self.fn),
+                    MemoryBudget(self.seq_len // L, self.schedule.memory))
+        return loop
+
+    def _call_static(self, static: tuple, params: Any, init_state: Any, inputs: Any) -> Any:
+        L, inner = static
+        state, ys = inner(params, init_state, windows(inputs, L))
+        self.last_plan = StaticSegmentsPlan(self.seq_len, L, inner.last_plan)
+        if self.output_fn is None and not isinstance(self.fn, _Pair):
+            return state
+        return state, jax.tree.map(lambda v: v.reshape((self.seq_len,) + v.shape[2:]), ys)
 
     def whole(self, params: Any, state: Any, x: Any) -> tuple[Any, Any]:
         """One step and its output: ``(new_state, y or None)``."""
         if isinstance(self.fn, _Pair):
             return self.fn.f(state, x)
+        if isinstance(self.fn, Block):
+            return self.fn.both(params, state, x)
         new = self.fn(params, state, x)
         return new, (self.output_fn(params, new, x) if self.output_fn is not None else None)
 
@@ -95,7 +142,7 @@ class CheckpointedLoop(Configured):
         key = flat.signature()
         sizes = self._sizes.get(key)
         if sizes is None:
-            sizes = measure(flat, self.keep_segments)
+            sizes = measure(flat, self.keep_segments == "masked")
             with self._lock:
                 sizes = self._sizes.setdefault(key, sizes)
         # static: XLA allocates the slots and the longest taped segment side by side (sizes
@@ -118,7 +165,7 @@ class CheckpointedLoop(Configured):
                 tables = self._tables.setdefault(key, tables)
         return tables
 
-    def preview(self, params: Any, init_state: Any, inputs: Any = None) -> BudgetPlan:
+    def preview(self, params: Any, init_state: Any, inputs: Any = None) -> Any:
         """Sizes from shapes (``jax.eval_shape`` and one compiled step's ``memory_analysis``;
         nothing runs) and the plan a gradient would use, with its predicted peak bytes. The
         arguments may be arrays or ``jax.ShapeDtypeStruct`` trees."""
@@ -127,7 +174,14 @@ class CheckpointedLoop(Configured):
         def shapes_only(params: Any, init_state: Any, inputs: Any) -> int:
             flat = self._flat(params, init_state, inputs)
             if isinstance(self.schedule, MemoryBudget):
-                found.append(self.plan_for(flat))
+                static = self._static_for(flat, params, init_state, inputs)
+                if static is None:
+                    found.append(self.plan_for(flat))
+                else:
+                    L, inner = static
+                    found.append(StaticSegmentsPlan(self.seq_len, L, inner.plan_for(
+                        inner._flat(params, init_state, windows(inputs, L)))))
+                    self.last_plan = found[-1]
             else:
                 sizes = measure(flat)
                 held = min(self.schedule.num_ckpts, self.seq_len)
@@ -142,7 +196,7 @@ class CheckpointedLoop(Configured):
 def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None, *,
                         memory: int | str | None = None,
                         output_fn: Callable | None = None,
-                        keep_segments: bool = False) -> CheckpointedLoop:
+                        keep_segments: bool | str = False) -> CheckpointedLoop:
     """Make ``fn(params, state, x) -> new_state`` a loop over ``seq_len`` steps whose reverse
     mode replays the optimal binomial (Revolve) schedule, for ``jit``, ``grad``, ``vjp``, ``vmap``.
 
@@ -153,16 +207,24 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     ``output_fn(params, new_state, x) -> y`` is evaluated at every step and the loop returns
     ``(final_state, ys)`` with the ``y``s stacked along a new leading axis.
 
-    ``keep_segments=True`` (with ``memory``): also consider keeping taped segments of several
-    steps (the mixed policy in its static form, :class:`~bincheck.schedule.mixed.FixedLeafPlan`),
-    which takes fewer evaluations of ``fn`` but, on XLA's CPU backend, more time per taped step
-    (see the JAX page of the docs); off by default.
+    ``keep_segments=True`` (with ``memory``): also consider taped segments of one static length
+    ``L`` (a divisor of ``seq_len``, at most 64, leaving at least three segments): the loop runs
+    as ``seq_len / L`` super-steps, each a ``lax.scan`` of ``L`` steps, checkpointed like any
+    loop, and each reversed super-step is taped and pulled back whole (nested √T remat's shape).
+    The length with the fewest evaluations of ``fn`` is kept, states only where none saves any;
+    each candidate is compiled once at trace time. ``keep_segments="masked"``: segments of
+    varying lengths (the static mixed policy,
+    :class:`~bincheck.schedule.mixed.FixedLeafPlan`), a ``lax.cond`` per step; fewer
+    evaluations, but slower on XLA's CPU backend (see the JAX page of the docs). Off by default.
     """
     exactly_one_budget(num_ckpts, memory)
     seq_len = check_positive_int("seq_len", seq_len)
-    keep_segments = check_bool("keep_segments", keep_segments)
+    if not (keep_segments is False or keep_segments is True or keep_segments == "masked"):
+        raise TypeError(f"keep_segments must be False, True or 'masked'; got "
+                        f"{keep_segments!r}")
     if keep_segments and memory is None:
-        raise TypeError("keep_segments=True plans within a byte budget: pass memory=... (with "
+        raise TypeError(f"keep_segments={keep_segments!r} plans within a byte budget: pass "
+                        f"memory=... (with "
                         "num_ckpts the plan stores states only)")
     if memory is not None:
         schedule: Any = MemoryBudget(seq_len, parse_bytes(memory))
@@ -173,7 +235,8 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
 
 def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, *,
          num_ckpts: int | None = None, memory: int | str | None = None,
-         reverse: bool = False, unroll: int = 1, keep_segments: bool = False) -> tuple[Any, Any]:
+         reverse: bool = False, unroll: int = 1,
+         keep_segments: bool | str = False) -> tuple[Any, Any]:
     """A drop-in for ``jax.lax.scan(f, init, xs, length)`` whose reverse mode is checkpointed:
     ``f(carry, x) -> (carry, y)``; returns ``(carry, ys)``. Give ``num_ckpts`` or ``memory`` as
     in :func:`binomial_checkpoint` (and ``keep_segments``). Arrays ``f`` closes over are
@@ -195,3 +258,10 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, *,
     if reverse:
         ys = jax.tree.map(lambda v: jnp.flip(v, 0), ys)
     return carry, ys
+
+
+def windows(inputs: Any, L: int) -> Any:
+    """Every input leaf ``(T, ...)`` as ``(T / L, L, ...)``: one window of ``L`` per super-step
+    (a reshape, no copy)."""
+    return jax.tree.map(lambda v: jnp.reshape(v, (np.shape(v)[0] // L, L) + np.shape(v)[1:]),
+                        inputs)
