@@ -41,7 +41,7 @@ def test_candidates_are_divisors_leaving_three_segments_spread_on_a_log_scale():
 
 
 @pytest.mark.parametrize("cell,make,n", [(tanh_cell, problem, 120), (lstm_cell, lstm_problem, 96)])
-@pytest.mark.parametrize("budget", [6_000, 12_000, 20_000, 40_000])
+@pytest.mark.parametrize("budget", [6_000, 12_000, 40_000])
 def test_the_budget_holds_under_xla_s_meter_and_segments_beat_states_only(cell, make, n,
                                                                             budget):
     args = make(n)
@@ -84,9 +84,10 @@ def test_gradients_equal_scan_for_every_argument_with_per_step_outputs(jit):
     g = jax.grad(loss(loop), (0, 1, 2))
     g = jax.jit(g) if jit else g
     assert_close(g(params, h0, xs), jax.grad(loss(ref), (0, 1, 2))(params, h0, xs))
-    for k in range(3):                                   # each argument alone
-        assert_close(jax.grad(loss(loop), k)(params, h0, xs),
-                     jax.grad(loss(ref), k)(params, h0, xs))
+    if jit:                                              # each argument alone (once)
+        for k in range(3):
+            assert_close(jax.jit(jax.grad(loss(loop), k))(params, h0, xs),
+                         jax.grad(loss(ref), k)(params, h0, xs))
     final, ys = loop(params, h0, xs)                      # the primal
     assert_close((final, ys), ref(params, h0, xs))
 
@@ -146,8 +147,13 @@ def test_scan_drop_in_with_integer_leaves_and_no_inputs():
 
 
 def test_keep_segments_values():
+    import numpy as np
     with pytest.raises(TypeError, match="keep_segments must be False, True or 'masked'"):
+        bj.binomial_checkpoint(tanh_cell, T, memory=BUDGET, keep_segments="yes")
+    with pytest.raises(TypeError, match="keep_segments"):
         bj.binomial_checkpoint(tanh_cell, T, memory=BUDGET, keep_segments=1)
+    loop = bj.binomial_checkpoint(tanh_cell, T, memory=BUDGET, keep_segments=np.True_)
+    static(loop, *problem(T))                   # numpy booleans are booleans
     with pytest.raises(TypeError, match="keep_segments='masked' plans within a byte budget"):
         bj.binomial_checkpoint(tanh_cell, T, 10, keep_segments="masked")
     assert segments.MIN_SEGMENTS == 3

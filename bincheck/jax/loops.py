@@ -20,7 +20,7 @@ from ..runtime.front import Configured
 from ..schedule.binomial import Plan
 from ..schedule.mixed import FixedLeafPlan
 from ..schedule.budget import BudgetPlan, MemoryBudget, parse_bytes
-from ..schedule.validate import (check_callable, check_int, check_positive_int,
+from ..schedule.validate import (check_bool, check_callable, check_int, check_positive_int,
                                  exactly_one_budget)
 from .boundary import Flat
 from .sizes import measure
@@ -104,7 +104,12 @@ class CheckpointedLoop(Configured):
 
         def plan_for_length(L: int) -> Any:
             inner = self._block_loop(L)
-            return inner.plan_for(inner._flat(params, init_state, windows(inputs, L)))
+            flat = inner._flat(params, init_state, windows(inputs, L))
+            inner.sizes_for(flat)                   # measuring errors propagate
+            try:
+                return inner.plan_for(flat)
+            except ValueError:                      # the budget is below this length's minimum
+                return None
         found = choose(self.seq_len, states_only.plain_steps, plan_for_length)
         chosen = None if found is None else (found[0], self._block_loop(found[0]))
         with self._lock:
@@ -121,8 +126,11 @@ class CheckpointedLoop(Configured):
 
     def _call_static(self, static: tuple, params: Any, init_state: Any, inputs: Any) -> Any:
         L, inner = static
+        # the plan this call's signature gets (inner loops are shared between signatures, so
+        # inner.last_plan may be another thread's)
+        plan = inner.plan_for(inner._flat(params, init_state, windows(inputs, L)))
         state, ys = inner(params, init_state, windows(inputs, L))
-        self.last_plan = StaticSegmentsPlan(self.seq_len, L, inner.last_plan)
+        self.last_plan = StaticSegmentsPlan(self.seq_len, L, plan)
         if self.output_fn is None and not isinstance(self.fn, _Pair):
             return state
         return state, jax.tree.map(lambda v: v.reshape((self.seq_len,) + v.shape[2:]), ys)
@@ -136,15 +144,20 @@ class CheckpointedLoop(Configured):
         new = self.fn(params, state, x)
         return new, (self.output_fn(params, new, x) if self.output_fn is not None else None)
 
-    def plan_for(self, flat: Flat) -> Any:
-        if not isinstance(self.schedule, MemoryBudget):
-            return self.schedule
+    def sizes_for(self, flat: Flat) -> Any:
+        """Sizes measured from shapes, once per argument signature."""
         key = flat.signature()
         sizes = self._sizes.get(key)
         if sizes is None:
             sizes = measure(flat, self.keep_segments == "masked")
             with self._lock:
                 sizes = self._sizes.setdefault(key, sizes)
+        return sizes
+
+    def plan_for(self, flat: Flat) -> Any:
+        if not isinstance(self.schedule, MemoryBudget):
+            return self.schedule
+        sizes = self.sizes_for(flat)
         # static: XLA allocates the slots and the longest taped segment side by side (sizes
         # carry no tape unless keep_segments)
         plan = BudgetPlan(self.seq_len, self.schedule.memory, sizes, static=True)
@@ -212,16 +225,20 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     as ``seq_len / L`` super-steps, each a ``lax.scan`` of ``L`` steps, checkpointed like any
     loop, and each reversed super-step is taped and pulled back whole (nested √T remat's shape).
     The length with the fewest evaluations of ``fn`` is kept, states only where none saves any;
-    each candidate is compiled once at trace time. ``keep_segments="masked"``: segments of
+    each candidate is compiled once per argument signature, at trace time. ``fn`` then runs
+    inside a ``lax.scan``. ``keep_segments="masked"``: segments of
     varying lengths (the static mixed policy,
     :class:`~bincheck.schedule.mixed.FixedLeafPlan`), a ``lax.cond`` per step; fewer
     evaluations, but slower on XLA's CPU backend (see the JAX page of the docs). Off by default.
     """
     exactly_one_budget(num_ckpts, memory)
     seq_len = check_positive_int("seq_len", seq_len)
-    if not (keep_segments is False or keep_segments is True or keep_segments == "masked"):
-        raise TypeError(f"keep_segments must be False, True or 'masked'; got "
-                        f"{keep_segments!r}")
+    if isinstance(keep_segments, str):
+        if keep_segments != "masked":
+            raise TypeError(f"keep_segments must be False, True or 'masked'; got "
+                            f"{keep_segments!r}")
+    else:
+        keep_segments = check_bool("keep_segments", keep_segments)
     if keep_segments and memory is None:
         raise TypeError(f"keep_segments={keep_segments!r} plans within a byte budget: pass "
                         f"memory=... (with "

@@ -48,7 +48,10 @@ class Block:
 
 
 class StaticSegmentsPlan:
-    """A plan with static segments, in steps: ``inner`` is the plan over the super-steps."""
+    """A plan with static segments, in steps: ``inner`` is the plan over the super-steps (a
+    :class:`~bincheck.schedule.budget.BudgetPlan`). It has ``seq_len``, ``segment_len``,
+    ``memory``, ``sizes`` (the super-step's), ``plain_steps`` and ``taped_steps`` (in steps),
+    ``checkpoints`` (segment starts that fit) and ``peak_bytes``; the actions are ``inner``'s."""
 
     def __init__(self, seq_len: int, L: int, inner: BudgetPlan) -> None:
         self.seq_len, self.segment_len, self.inner = seq_len, L, inner
@@ -115,12 +118,11 @@ def choose(seq_len: int, states_only_plain: int, plan_for_length: Callable[[int]
            ) -> tuple[int, Any] | None:
     """``(L, plan over the super-steps)`` with the fewest step evaluations, if it beats the
     states-only plan's ``states_only_plain`` plain steps; ``plan_for_length(L)`` plans the loop of
-    super-steps (raising ValueError where the budget is below its minimum)."""
+    super-steps (None where the budget is below its minimum)."""
     best, best_plain = None, states_only_plain
     for L in candidates(seq_len):
-        try:
-            plan = plan_for_length(L)
-        except ValueError:
+        plan = plan_for_length(L)
+        if plan is None:
             continue
         if L * plan.plain_steps < best_plain:
             best, best_plain = (L, plan), L * plan.plain_steps
