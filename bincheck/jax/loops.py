@@ -81,7 +81,10 @@ class CheckpointedLoop(Configured):
         static = self._static_for(flat, params, init_state, inputs)
         if static is not None:
             return self._call_static(static, params, init_state, inputs)
-        plan = self.plan_for(flat)
+        return self._run(flat, self.plan_for(flat))
+
+    def _run(self, flat: Flat, plan: Any) -> Any:
+        """The checkpointed loop on ``flat``'s leaves with ``plan``'s tables."""
         tables = self.tables_for(plan)
         loop = build(flat, tables)
         new, ys = loop(flat.p, flat.h, flat.x, tuple(jnp.asarray(a) for a in tables.arrays()))
@@ -127,9 +130,10 @@ class CheckpointedLoop(Configured):
     def _call_static(self, static: tuple, params: Any, init_state: Any, inputs: Any) -> Any:
         L, inner = static
         # the plan this call's signature gets (inner loops are shared between signatures, so
-        # inner.last_plan may be another thread's)
-        plan = inner.plan_for(inner._flat(params, init_state, windows(inputs, L)))
-        state, ys = inner(params, init_state, windows(inputs, L))
+        # inner.last_plan may be another thread's); the super-steps' Flat is built once
+        flat = inner._flat(params, init_state, windows(inputs, L))
+        plan = inner.plan_for(flat)
+        state, ys = inner._run(flat, plan)
         self.last_plan = StaticSegmentsPlan(self.seq_len, L, plan)
         if self.output_fn is None and not isinstance(self.fn, _Pair):
             return state
