@@ -26,7 +26,9 @@ class LoopStats:
     from disk (loops with ``disk=...``); ``disk_io_seconds``: time spent writing, reading and
     checksumming them (mostly on a background thread), ``disk_wait_seconds``: the part of it the
     loop waited for, so ``disk_overlap = 1 - disk_wait_seconds / disk_io_seconds`` of the I/O ran
-    beside the computation.
+    beside the computation. ``offload_bytes_written`` / ``offload_bytes_read``: bytes of snapshots
+    copied to and from pinned host memory (``bincheck.torch`` loops with ``offload=True``), and
+    ``offload_prefetched``: the restores whose copy up was started ahead.
 
     ``num_steps`` is the number of steps the call ran (a while loop's length).
 
@@ -49,6 +51,9 @@ class LoopStats:
     num_steps: int | None = None
     disk_io_seconds: float = 0.0
     disk_wait_seconds: float = 0.0
+    offload_bytes_written: int = 0
+    offload_bytes_read: int = 0
+    offload_prefetched: int = 0
 
     def add_disk(self, disk: Any) -> None:
         """Add what a call's disk store wrote, read and waited for."""
@@ -56,6 +61,12 @@ class LoopStats:
         self.disk_bytes_read += disk.bytes_read
         self.disk_io_seconds += disk.io_seconds
         self.disk_wait_seconds += disk.wait_seconds
+
+    def add_offload(self, tier: Any) -> None:
+        """Add what a call's host-memory tier copied down and up."""
+        self.offload_bytes_written += tier.bytes_written
+        self.offload_bytes_read += tier.bytes_read
+        self.offload_prefetched += tier.prefetched
 
     @property
     def disk_overlap(self) -> float | None:

@@ -48,10 +48,10 @@ class MemoryBudget:
 
     seq_len: int
     memory: int
-    disk: bool | str | None = None      # None: RAM only; True: a temporary dir; a path
+    disk: object = None    # None: RAM only; True: a temporary dir; a path; a front end's tier
 
     def __str__(self) -> str:
-        where = "" if self.disk is None else ", more states on disk"
+        where = "" if self.disk is None else ", more states " + getattr(self.disk, "where", "on disk")
         return f"memory budget: {self.seq_len} steps within {format_bytes(self.memory)}{where}"
 
 

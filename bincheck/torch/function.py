@@ -28,14 +28,14 @@ from typing import Any
 
 import torch
 
-from ..runtime.disk import open_disk
 from ..runtime.executor import Executor
 from ..runtime.stats import LoopStats
 from ..schedule.actions import Reverse
 from ..schedule.simulate import ScheduleError
 from .boundary import Args, InternalError, aliases, differentiable
 from .context import Ambient
-from .store import TENSORS, Rng, TorchStore
+from .offload import HostTier, open_tier
+from .store import Rng, TorchStore
 from .steps import Outputs, Steps
 from .sweep import Sweep
 
@@ -84,7 +84,7 @@ class Call:
         return outs
 
     def new_store(self) -> TorchStore:
-        return TorchStore(open_disk(self.disk, TENSORS), self.rng)
+        return TorchStore(open_tier(self.disk, self.state0), self.rng)
 
     def first_sweep(self, store: TorchStore) -> tuple:
         """Run the schedule to its first Reverse and tape that segment: (executor, the rest of
@@ -146,7 +146,9 @@ class Call:
             held -= min(store.working_rng_bytes, held)
         stats.peak_bytes = max(stats.peak_bytes,
                                held + (sizes.work_bytes if sizes is not None else 0))
-        if store.disk is not None:
+        if isinstance(store.disk, HostTier):
+            stats.add_offload(store.disk)
+        elif store.disk is not None:
             stats.add_disk(store.disk)
         stats.library_seconds += time.perf_counter() - t0
         stats.num_steps = self.n

@@ -36,6 +36,7 @@ from ..schedule.validate import (check_bool, check_callable, check_disk, check_p
 from ..tree import flatten, unflatten
 from .boundary import Args, aliases, differentiable
 from .function import Call, LoopFunction
+from .offload import check_offload
 from .probe import Measured, probe
 from .steps import Outputs, Steps
 
@@ -239,8 +240,9 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     recomputed state with its first evaluation and raises
     :class:`~bincheck.NondeterministicStepError` if they differ.
 
-    ``offload=`` (a pinned host-memory tier for CUDA states) is not available yet: any value but
-    None raises NotImplementedError.
+    ``offload=True`` (with ``memory``, for states on a CUDA device) adds a tier of pinned host
+    memory instead: ``memory`` is then the device's budget, and snapshots beyond it are copied to
+    the host on a side stream and back ahead of their restore (docs: "Host offload").
 
     ``fn`` must not update its arguments in place (states are kept by reference): an in-place
     update raises a RuntimeError naming the step; the caller's ``init_state`` is never written.
@@ -249,21 +251,14 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     ``create_graph=True`` recomputes the loop with its whole graph (warned; exact).
     """
     check_callable("fn", fn, "fn(params, state, x) -> new_state")
-    check_offload(offload)
     exactly_one_budget(num_ckpts, memory)
+    tier = check_offload(offload, memory, disk)
     if memory is not None:
         memory = parse_bytes(memory)
-        disk = check_disk(disk, memory)
+        tier = tier or check_disk(disk, memory)
         return CheckpointedLoop(fn, MemoryBudget(check_positive_int("seq_len", seq_len), memory,
-                                                 disk), verify, output_fn, preserve_rng_state,
-                                disk)
+                                                 tier), verify, output_fn, preserve_rng_state,
+                                tier)
     check_disk(disk, memory)
     return CheckpointedLoop(fn, Plan(seq_len, num_ckpts), verify, output_fn, preserve_rng_state)
 
-
-def check_offload(offload: Any) -> None:
-    if offload is not None:
-        raise NotImplementedError(
-            f"offload={offload!r}: a pinned host-memory tier for CUDA states is not available in "
-            f"this release (it needs a CUDA machine to be built and tested). Use memory=... to "
-            f"plan within the device's bytes, or disk=... for CPU tensors")

@@ -23,7 +23,8 @@ never from an allocator's counters (which differ between CPU and CUDA builds):
     accumulated one: at the peak, each weight's running sum and new sum, and the new per-step
     gradient of the weight being processed, are alive; counting the parameters once left
     budgets 1.5 MiB short on an LSTM cell, twice up to 7 % short);
-* with a disk tier, the time to write a state and read it back.
+* with a disk tier, the time to write a state and read it back; with ``offload=True``, to copy it
+  to pinned host memory and back.
 """
 
 from __future__ import annotations
@@ -34,12 +35,12 @@ from typing import Any
 
 import torch
 
-from ..runtime import disk as disk_tier
 from ..runtime.stats import LoopStats
 from ..schedule.budget import Sizes
 from ..tree import flatten
 from .boundary import differentiable
-from .store import TENSORS, storage_bytes
+from .offload import tier_seconds
+from .store import storage_bytes
 from .steps import Outputs, Steps
 
 WORK_STATES = 5
@@ -104,8 +105,7 @@ def probe(call: Any, disk: Any = None) -> Measured:
              if w and differentiable(a)]
     # + the RNG state the snapshots share and the one being compared with it, and fork_rng's
     work = 2 * tape + WORK_STATES * state_bytes + 3 * rng
-    write_s, read_s = disk_tier.disk_seconds(state1, disk, TENSORS) if disk not in (None, False) \
-        else (None, None)
+    write_s, read_s = tier_seconds(disk, state1)
     mixed = Sizes(state_bytes, tape, work + 2 * sum(grads) + max(grads, default=0),
                   max(min(plain), 1e-9), max(min(taped), 1e-9), write_s, read_s)
     return Measured(replace(mixed, tape_bytes=None, work_bytes=work + sum(grads)), mixed)

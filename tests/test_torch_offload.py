@@ -1,0 +1,153 @@
+"""bincheck.torch's ``offload=True`` tier (pinned host memory below a CUDA device).
+
+Without a GPU, the tier runs with :class:`~bincheck.torch.offload.SyncCopies` (synchronous copies
+between CPU tensors) in place of the CUDA copier: these tests check the tier's logic (planning
+with it, prefetching the next restore, copies that are private, the in-place guard, the RNG kept
+with each snapshot, exact gradients). The CUDA copier itself is tested in test_torch_cuda.py,
+which runs only with ``pytest -m cuda`` on a machine with a GPU.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import bincheck.torch as bt  # noqa: E402
+from bincheck.torch import offload  # noqa: E402
+from bincheck.torch.offload import HostTier, SyncCopies  # noqa: E402
+from torch_helpers import assert_close, plain_loop, problem, requiring, tanh_cell  # noqa: E402
+
+T = 60
+
+
+@pytest.fixture
+def host_copies(monkeypatch):
+    """CPU states accepted by offload=True, copied synchronously (see the module docstring)."""
+    made = []
+
+    def copies_for(leaves):
+        made.append(SyncCopies())
+        return made[-1]
+    monkeypatch.setattr(offload, "copies_for", copies_for)
+    return made
+
+
+def offload_problem():
+    params, h0, xs = problem(T, B=16, H=32, I=4)
+    return requiring(*params), h0, xs
+
+
+def dropout_cell(params, h, x):
+    W, U, b = params
+    return torch.nn.functional.dropout(torch.tanh(h @ W + x @ U + b), 0.3, training=True)
+
+
+@pytest.mark.parametrize("cell, memory", [(tanh_cell, "80kB"), (dropout_cell, "160kB")])
+def test_offloaded_gradient_is_exact(host_copies, cell, memory):
+    leaves, h0, xs = offload_problem()
+    h0 = h0.clone().requires_grad_()
+    xs = xs.clone().requires_grad_()
+    loop = bt.binomial_checkpoint(cell, T, memory=memory, offload=True)
+    plan = loop.preview(tuple(leaves), h0, xs)
+    assert plan.uses_disk and plan.schedule.disk_writes > 0, str(plan)   # the host tier is used
+    assert "pinned host memory" in str(loop.schedule)
+    torch.manual_seed(3)
+    got = torch.autograd.grad(loop(tuple(leaves), h0, xs).pow(2).sum(), leaves + [h0, xs])
+    after = torch.rand(1)
+    torch.manual_seed(3)
+    want = torch.autograd.grad(plain_loop(cell, tuple(leaves), h0, xs, T).pow(2).sum(),
+                               leaves + [h0, xs])
+    assert torch.equal(after, torch.rand(1))     # the caller's RNG stream as the plain loop's
+    assert_close(got, want)
+    st = loop.stats
+    assert st.plain_steps == loop.last_plan.plain_steps and st.taped_steps == T
+    state_bytes = h0.numel() * h0.element_size()     # RNG states are kept beside, not copied
+    assert st.offload_bytes_written == plan.schedule.disk_writes * state_bytes
+    assert st.offload_bytes_read == plan.schedule.disk_reads * state_bytes
+    # every restore from the host tier was copied up ahead, during the step or segment before it
+    assert st.offload_prefetched == plan.schedule.disk_reads
+    assert st.disk_bytes_written == 0
+    assert len(host_copies) >= 2                 # the probe priced the copies, the call used one
+
+
+def test_snapshots_are_private_copies():
+    tier = HostTier(SyncCopies())
+    h = torch.arange(6.0).reshape(2, 3)
+    tier.put(4, {"h": h, "n": torch.tensor(7)})
+    h.add_(100.0)                            # after the copy: the snapshot keeps the old values
+    back = tier.get(4)
+    assert torch.equal(back["h"], torch.arange(6.0).reshape(2, 3)) and int(back["n"]) == 7
+    back["h"].mul_(0.0)                      # a write into a restored state stays there
+    assert torch.equal(tier.get(4)["h"], torch.arange(6.0).reshape(2, 3))
+    assert tier.bytes_written == 6 * 4 + 8 and tier.bytes_read == 2 * (6 * 4 + 8)
+    tier.pop(4)
+    assert 4 not in tier
+    with pytest.raises(KeyError, match="no checkpoint of state 4"):
+        tier.get(4)
+
+
+class InFlight(SyncCopies):
+    """Copies down that stay unfinished until ``settle``, as a CUDA copy on a side stream."""
+
+    def __init__(self):
+        self.finished = set()
+
+    def down(self, leaves):
+        hosts, _ = super().down(leaves)
+        return hosts, object()
+
+    def done(self, event):
+        return event is None or id(event) in self.finished
+
+    def settle(self, event):
+        self.finished.add(id(event))
+
+
+@pytest.mark.parametrize("then", ["get", "pop"])
+def test_a_write_during_the_copy_down_is_an_error(then):
+    tier = HostTier(InFlight())
+    h = torch.ones(3)
+    tier.put(2, h)
+    h.add_(1.0)                              # before the copy is known to have run
+    with pytest.raises(RuntimeError, match="state 2 .* modified in place while it was being "
+                                           "copied to host memory"):
+        getattr(tier, then)(2)
+
+
+def test_prefetch_hands_its_copy_to_the_next_get():
+    copies = InFlight()
+    tier = HostTier(copies)
+    tier.put(1, torch.ones(2))
+    tier.put(5, torch.full((2,), 5.0))
+    tier.prefetch(5)
+    tier.prefetch(5)                         # already under way: not copied twice
+    assert torch.equal(tier.get(5), torch.full((2,), 5.0)) and tier.prefetched == 1
+    assert torch.equal(tier.get(1), torch.ones(2)) and tier.prefetched == 1
+    tier.prefetch(1)
+    tier.pop(1)                              # a dropped snapshot's copy up is dropped too
+    assert tier._ahead is None
+    tier.close()
+    assert 5 not in tier
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"offload": "yes", "memory": "1MB"}, TypeError, "offload must be None, False or True"),
+    ({"offload": 1, "memory": "1MB"}, TypeError, "offload must be None, False or True"),
+    ({"offload": True, "num_ckpts": 4}, TypeError, "offload=True needs memory="),
+    ({"offload": True, "memory": "1MB", "disk": True}, ValueError, "three-tier plan"),
+])
+def test_offload_arguments_are_checked(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        bt.binomial_checkpoint(tanh_cell, T, **kwargs)
+
+
+def test_offload_of_cpu_states_is_refused_before_the_forward():
+    leaves, h0, xs = offload_problem()
+    calls = []
+
+    def counted(p, h, x):
+        calls.append(1)
+        return tanh_cell(p, h, x)
+    loop = bt.binomial_checkpoint(counted, T, memory="80kB", offload=True)
+    with pytest.raises(ValueError, match="must be on one CUDA device; it is on cpu"):
+        loop(tuple(leaves), h0, xs)
+    assert len(calls) <= 4                   # the probe's steps only, no forward sweep
+    assert offload.check_offload(False, None, None) is None
