@@ -13,6 +13,8 @@ import numpy as np  # noqa: E402
 
 import bincheck  # noqa: E402
 import bincheck.jax as bj  # noqa: E402
+from bincheck.jax.tables import compile_plan, revolve_tables  # noqa: E402
+from bincheck.schedule.binomial import Plan  # noqa: E402
 
 ALL = (0, 1, 2)
 
@@ -63,6 +65,20 @@ def test_integer_state_leaves_and_output_fn_cost_no_extra_step(T, s):
         return jnp.sum(ys * jnp.arange(1, T + 1)) + jnp.sum(final["h"]) + final["n"]
     jax.jit(jax.grad(loss, ALL))(params, h0, xs)
     assert counter.settled()["fn"] == closed_form(T, s) + T
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 20, 59, 257, 1000, 3001])
+def test_revolve_tables_are_the_tables_of_the_plan_s_actions(n):
+    """The direct walk (what a num_ckpts loop compiles) equals the action stream's tables, which
+    the schedule layer's tracker validates action by action."""
+    for s in (1, 2, 3, 5, 10, 50, n + 1):
+        want, got = compile_plan(Plan(n, s), n), revolve_tables(n, s)
+        for name in want.__dataclass_fields__:
+            a, b = getattr(want, name), getattr(got, name)
+            if isinstance(a, np.ndarray):
+                assert a.dtype == b.dtype and np.array_equal(a, b), (n, s, name)
+            else:
+                assert a == b, (n, s, name)
 
 
 def test_program_size_and_traces_do_not_grow_with_the_length():

@@ -26,7 +26,7 @@ from .boundary import Flat
 from .sizes import measure
 from .forward import checkpointed as build
 from .segments import Block, StaticSegmentsPlan, choose
-from .tables import Tables, compile_plan
+from .tables import Tables, compile_plan, revolve_tables
 
 
 
@@ -176,8 +176,8 @@ class CheckpointedLoop(Configured):
             key = (self.seq_len, schedule.num_ckpts, 1)
         tables = self._tables.get(key)
         if tables is None:
-            make = FixedLeafPlan(*key) if key[2] > 1 else Plan(*key[:2])
-            tables = compile_plan(make, self.seq_len, key[2])
+            tables = compile_plan(FixedLeafPlan(*key), self.seq_len, key[2]) if key[2] > 1 \
+                else revolve_tables(*key[:2])
             with self._lock:
                 tables = self._tables.setdefault(key, tables)
         return tables

@@ -33,6 +33,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..schedule.actions import Advance, Free, Restore, Reverse, Snapshot
+from ..schedule.binomial import split
 from ..schedule.online import OnlinePlanner
 from ..schedule.simulate import Tracker
 
@@ -87,7 +88,6 @@ def compile_plan(actions: Iterable[Any], seq_len: int, max_seg: int = 1) -> Tabl
     store_slot = np.full(max(n - 1, 0), -1, np.int32)
     restore_slot = np.zeros(max(n - 1, 0), np.int32)
     restore_index = np.zeros(max(n - 1, 0), np.int32)
-    snap_ptr = np.zeros(max(n - 1, 0) + 1, np.int32)
     seg_len = np.ones(max(n - 1, 0), np.int32)
     rows: dict[int, list[tuple[int, int]]] = {}
     pending: list[tuple[int, int]] = []
@@ -126,19 +126,86 @@ def compile_plan(actions: Iterable[Any], seq_len: int, max_seg: int = 1) -> Tabl
             restore_slot[j], restore_index[j], seg_len[j] = live_slot, live_from, m
             rows[j] = pending
             pending = []
-    positions: list[int] = []
-    places: list[int] = []
-    for j in range(n - 1):
-        snap_ptr[j] = len(positions)
-        for pos, slot in rows.get(j, ()):
-            positions.append(pos)
-            places.append(slot)
-    snap_ptr[n - 1 if n >= 1 else 0] = len(positions)
-    if not positions:                   # a traced gather needs a non-empty operand
-        positions, places = [0], [0]
-    return Tables(n, max(slots.count, 1), store_slot, restore_slot, restore_index, snap_ptr,
-                  np.asarray(positions, np.int32), np.asarray(places, np.int32), plain,
-                  seg_len, max_seg, first_lo)
+    owner = [j for j, row in rows.items() for _ in row]
+    snaps = [entry for row in rows.values() for entry in row]
+    return _tables(n, slots.count, store_slot, restore_slot, restore_index, owner, snaps, plain,
+                   seg_len, max_seg, first_lo)
+
+
+def _tables(n: int, slots: int, store_slot: np.ndarray, restore_slot: np.ndarray,
+            restore_index: np.ndarray, owner: list, snaps: list, plain: int,
+            seg_len: np.ndarray | None = None, max_seg: int = 1, first_lo: int = -1) -> Tables:
+    """:class:`Tables` with the reverse sweep's snapshots ``snaps`` (``(position, slot)`` pairs,
+    taken before the reverse of step ``owner[q]``, in the order taken) as compressed rows."""
+    owner_a = np.asarray(owner, np.int64)
+    order = np.argsort(owner_a, kind="stable")
+    pairs = np.asarray(snaps, np.int32).reshape(-1, 2)[order]
+    snap_ptr = np.zeros(max(n - 1, 0) + 1, np.int32)
+    if n > 1:
+        snap_ptr[1:] = np.cumsum(np.bincount(owner_a, minlength=n - 1)[:n - 1])
+    if not len(pairs):                   # a traced gather needs a non-empty operand
+        pairs = np.zeros((1, 2), np.int32)
+    return Tables(n, max(slots, 1), store_slot, restore_slot, restore_index, snap_ptr,
+                  np.ascontiguousarray(pairs[:, 0]), np.ascontiguousarray(pairs[:, 1]), plain,
+                  np.ones(max(n - 1, 0), np.int32) if seg_len is None else seg_len, max_seg,
+                  first_lo)
+
+
+def revolve_tables(n: int, s: int) -> Tables:
+    """``compile_plan(Plan(n, s), n)`` without the action stream: the same walk of
+    :func:`~bincheck.schedule.binomial.binomial_actions` (its frames, its
+    :func:`~bincheck.schedule.binomial.split`), recording table entries where it would yield
+    actions. About four times faster at 100,000 steps (the tables are built at trace time);
+    tests hold the two equal."""
+    store_slot = np.full(max(n - 1, 0), -1, np.int32)
+    restore_slot = np.zeros(max(n - 1, 0), np.int32)
+    restore_index = np.zeros(max(n - 1, 0), np.int32)
+    of: dict[int, int] = {}
+    free: list[int] = []
+    count = 1
+    of[0] = 0                                   # Snapshot(0)
+    if n > 1:
+        store_slot[0] = 0
+    owner: list[int] = []
+    snaps: list[tuple[int, int]] = []
+    splits: dict[tuple[int, int], int] = {}
+    first, live_from, live_slot, plain = True, 0, 0, 0
+    work = [(False, 0, n, s)]
+    while work:
+        left, lo, hi, k = work.pop()
+        if left:                                # Free(hi), Restore(lo)
+            free.append(of.pop(hi))
+            live_from, live_slot = lo, of[lo]
+        if hi - lo == 1 or k == 1:
+            # Reverse(hi-1, hi) from the live state's restore, with the snapshots taken since;
+            # with one checkpoint, then Restore(lo) and Reverse(i, i+1) for every i below
+            plain += (hi - lo) * (hi - lo - 1) // 2
+            if first:
+                first = False
+            else:
+                restore_slot[hi - 1], restore_index[hi - 1] = live_slot, live_from
+                owner.extend([hi - 1] * (len(snaps) - len(owner)))
+            if hi - lo > 1:
+                live_from, live_slot = lo, of[lo]
+                restore_slot[lo:hi - 1], restore_index[lo:hi - 1] = live_slot, lo
+            continue
+        m = splits.get((hi - lo, k))
+        if m is None:
+            m = splits[(hi - lo, k)] = split(hi - lo, k)
+        mid = lo + m
+        plain += m                              # Advance(lo, mid), Snapshot(mid)
+        slot = free.pop() if free else count
+        count = max(count, slot + 1)
+        of[mid] = slot
+        if first:
+            if mid < n - 1:
+                store_slot[mid] = slot
+        else:
+            snaps.append((mid, slot))
+        work.append((True, lo, mid, k))
+        work.append((False, mid, hi, k - 1))
+    return _tables(n, count, store_slot, restore_slot, restore_index, owner, snaps, plain,
+                   first_lo=n - 1)
 
 
 @dataclass(frozen=True)

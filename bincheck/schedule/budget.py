@@ -278,11 +278,12 @@ class BudgetPlan:
 
     def __str__(self) -> str:
         l, s = self.seq_len, self.sizes
+        tier, where, ram = getattr(self.disk, "labels", ("disk", "on disk", "RAM"))  # a tier's
         kind = "mixed (states and taped segments)" \
             if isinstance(self.schedule, (MixedPlan, FixedLeafPlan)) \
-            else ("disk (states in RAM and on disk, taped segments in RAM)"
+            else (f"{tier} (states in {ram} and {where}, taped segments in {ram})"
                   if isinstance(self.schedule.table.inner, MixedInner)
-                  else "disk (states in RAM and on disk)") \
+                  else f"{tier} (states in {ram} and {where})") \
             if isinstance(self.schedule, DiskPlan) \
             else "binomial (states only)"
         lines = [f"{kind} plan: {l} steps within {format_bytes(self.memory)}",
@@ -293,10 +294,10 @@ class BudgetPlan:
                  f"{' (every state)' if self.checkpoints == l else ''}",
                  f"  plain evaluations : {self.plain_steps} ({self.plain_steps / l:.3g} per step)",
                  f"  taped evaluations : {l}",
-                 *([f"  disk              : {self.schedule.disk_writes} writes, "
+                 *([f"  {tier:<18}: {self.schedule.disk_writes} writes, "
                     f"{self.schedule.disk_reads} reads of {format_bytes(s.state_bytes)}"]
                    if isinstance(self.schedule, DiskPlan) else
-                   [f"  disk              : {self.disk_note}"] if self.disk else []),
+                   [f"  {tier:<18}: {self.disk_note}"] if self.disk else []),
                  *([f"  planner memory    : {format_bytes(self.table_bytes)} (in the budget)"]
                    if self.table_bytes else []),
                  f"  peak bytes        : {format_bytes(self.peak_bytes)} (at most)"]

@@ -36,7 +36,7 @@ from ..schedule.validate import (check_bool, check_callable, check_disk, check_p
 from ..tree import flatten, unflatten
 from .boundary import Args, aliases, differentiable
 from .function import Call, LoopFunction
-from .offload import check_offload
+from .offload import check_offload, planned
 from .probe import Measured, probe
 from .steps import Outputs, Steps
 
@@ -141,7 +141,7 @@ class CheckpointedLoop(_TorchLoop):
         if self.budget is None:
             return self.schedule
         plan = self.budget.best_plan(self.seq_len, self.schedule.memory,
-                                     self.budget.sizes(call, self.disk), self.disk is not None)
+                                     self.budget.sizes(call, self.disk), planned(self.disk))
         self.last_plan = plan
         return plan
 
@@ -159,7 +159,7 @@ class CheckpointedLoop(_TorchLoop):
         measured = (self.budget or SizeCache()).sizes(call, self.disk)
         if self.budget is not None:
             plan = self.budget.best_plan(self.seq_len, self.schedule.memory, measured,
-                                         self.disk is not None)
+                                         planned(self.disk))
             self.last_plan = plan
             return plan
         sizes = measured.states_only
@@ -187,7 +187,7 @@ class SizeCache(BaseCache):
         return self.measured(self.signature(call, disk), lambda: probe(call, disk))
 
     def best_plan(self, seq_len: int, memory: int, measured: Measured,
-                  disk: bool = False) -> BudgetPlan:
+                  disk: Any = False) -> BudgetPlan:
         """The faster of the states-only plan (one-step segments, the smaller working set) and
         the mixed plan (kept taped segments, the larger one) that fit ``memory``; a budget that
         fits neither raises the states-only plan's ValueError, naming the minimum."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..runtime import disk as disk_tier
@@ -41,7 +42,8 @@ REPS = 3             # copies timed per direction when the tier is priced
 class Offload:
     """The ``offload=True`` setting a loop keeps (the tier itself is opened per call)."""
 
-    where = "in pinned host memory"         # for the budget's description
+    where = "in pinned host memory"         # for the budget's and the plan's descriptions
+    labels = ("host offload", where, "device memory")
 
     def __repr__(self) -> str:
         return "offload=True"
@@ -52,6 +54,8 @@ OFFLOAD = Offload()
 
 def check_offload(offload: Any, memory: Any, disk: Any) -> Offload | None:
     """None (no host tier) or :data:`OFFLOAD`; needs ``memory`` and excludes ``disk``."""
+    if isinstance(offload, np.bool_):
+        offload = bool(offload)
     if offload is None or offload is False:
         return None
     if offload is not True:
@@ -109,7 +113,7 @@ class CudaCopies:
                 if v.device.type != "cuda":
                     hosts.append(v.detach().clone())
                     continue
-                host = torch.empty(v.shape, dtype=v.dtype, device="cpu", pin_memory=True)
+                host = torch.empty_like(v, device="cpu", pin_memory=True)   # strides kept
                 host.copy_(v.detach(), non_blocking=True)
                 v.record_stream(self.side)
                 hosts.append(host)
@@ -161,19 +165,23 @@ class HostTier:
         self.copies = copies
         self._entries: dict[int, list] = {}      # index -> [treedef, hosts, event, guard]
         self._ahead: tuple[int, list, Any] | None = None    # (index, device leaves, event)
+        self._down: int | None = None             # the snapshot whose copy down may still run
         self.bytes_written = self.bytes_read = 0
         self.prefetched = 0                       # restores whose copy up was started ahead
-        self.io_seconds = self.wait_seconds = 0.0
 
     def put(self, index: int, state: Any) -> None:
-        self._poll()
+        # At most one copy down in flight (the budget reserves one state for it, as for a disk
+        # write behind): the previous one is waited for, and its device tensors released.
+        if self._down is not None and self._down in self._entries:
+            self._release(self._down, self._entries[self._down], wait=True)
         leaves, treedef = flatten(state)
         hosts, event = self.copies.down(_tensors(leaves, f"snapshot {index}"))
         # until the copy is known to be done: the leaves and their versions (see module doc)
         guard = (leaves, [v._version for v in leaves])
         self._entries[index] = entry = [treedef, hosts, event, guard]
+        self._down = index
         self._release(index, entry, wait=False)          # a copy already done needs no guard
-        self.bytes_written += sum(h.numel() * h.element_size() for h in hosts)
+        self.bytes_written += sum(v.numel() * v.element_size() for v in leaves)
 
     def prefetch(self, index: int) -> None:
         """Start copying snapshot ``index`` up (the next :meth:`get` of it takes the copy)."""
@@ -183,7 +191,6 @@ class HostTier:
         self._ahead = (index, leaves, event)
 
     def get(self, index: int) -> Any:
-        self._poll()
         entry = self._entry(index)
         self._release(index, entry, wait=True)
         if self._ahead is not None and self._ahead[0] == index:
@@ -192,10 +199,8 @@ class HostTier:
             self.prefetched += 1
         else:
             leaves, event = self.copies.up(entry[1])
-        t0 = time.perf_counter()
         self.copies.use(event, leaves)
-        self.wait_seconds += time.perf_counter() - t0
-        self.bytes_read += sum(h.numel() * h.element_size() for h in entry[1])
+        self.bytes_read += sum(v.numel() * v.element_size() for v in leaves)
         return unflatten(entry[0], leaves)
 
     def pop(self, index: int) -> None:
@@ -212,17 +217,13 @@ class HostTier:
         """Drop every snapshot (idempotent). Buffers still being copied stay alive until their
         copies finish (the stream marks and the pinned allocator's events see to it)."""
         self._entries.clear()
-        self._ahead = None
+        self._ahead = self._down = None
 
     def _entry(self, index: int) -> list:
         entry = self._entries.get(index)
         if entry is None:
             raise KeyError(f"no checkpoint of state {index} in host memory")
         return entry
-
-    def _poll(self) -> None:
-        for index, entry in self._entries.items():
-            self._release(index, entry, wait=False)
 
     def _release(self, index: int, entry: list, wait: bool) -> None:
         """Drop the guard of a finished copy down (with ``wait``, let it finish first), raising
@@ -260,6 +261,12 @@ def copy_seconds(state: Any, copies: Any) -> tuple[float, float]:
         up.append(t2 - t1)
         del hosts, back
     return max(min(down), 1e-9), max(min(up), 1e-9)
+
+
+def planned(tier: Any) -> Any:
+    """What a budget plans with: the :class:`Offload` tier (its plan names it), else whether a
+    disk is given."""
+    return tier if isinstance(tier, Offload) else tier is not None
 
 
 def open_tier(tier: Any, state: Any) -> Any:

@@ -70,12 +70,18 @@ def probe(call: Any, disk: Any = None) -> Measured:
         return t
 
     plain, taped = [], []
+
+    def sync() -> None:            # CUDA runs asynchronously: time the work, not its launch
+        for device in call.ambient.devices:
+            torch.cuda.synchronize(device)
     with torch.random.fork_rng(devices=call.ambient.devices):
         for _ in range(2):
             before = torch.get_rng_state()
+            sync()
             t0 = time.perf_counter()
             with torch.no_grad():
                 state1 = steps.step(state0, 0)
+            sync()
             t1 = time.perf_counter()
             draws = not torch.equal(before, torch.get_rng_state())
             saved.clear()
@@ -90,6 +96,7 @@ def probe(call: Any, disk: Any = None) -> Measured:
             if outs and ins:
                 torch.autograd.backward(outs, [torch.ones_like(o) for o in outs], inputs=ins,
                                         retain_graph=True)
+            sync()
             t2 = time.perf_counter()
             plain.append(t1 - t0)
             taped.append(t2 - t1)
