@@ -9,7 +9,9 @@ never from an allocator's counters (which differ between CPU and CUDA builds):
   numbers (snapshots of a loop that draws none share one RNG state);
 * ``tape_bytes``: the storages one step's graph saves for its backward (counted with a
   ``saved_tensors_hooks`` pack hook; the parameters' and inputs' own storages excluded), plus its
-  input state, which a kept tape holds too;
+  input state, which a kept tape holds too; for a kept segment of several steps, without the
+  state a step saves as its input where the step before saved it as its output (one tensor: a
+  tanh cell's step then costs one state, not two; :func:`one_step_tape`);
 * ``work_bytes``: what a reverse step holds beside the stored states: its tape, as much again for
   the gradients its backward computes, ``WORK_STATES`` states (live, adjoint, new adjoint, the
   output cotangent, state 0's copy), three RNG states (the one snapshots share, the one just
@@ -106,13 +108,32 @@ def probe(call: Any, disk: Any = None) -> Measured:
     # A snapshot holds its own RNG state only where the steps draw random numbers (see Rng.get)
     rng = call.rng.nbytes() if call.rng is not None else 0
     state_bytes = storage_bytes(leaves) + (rng if draws else 0)
-    tape = storage_bytes(saved, set(owned))
-    tape += storage_bytes(flatten(state0)[0], {t.untyped_storage().data_ptr() for t in saved})
+    tape, chain = one_step_tape(saved, owned, flatten(state0)[0], seg.outs)
     grads = [a.numel() * a.element_size() for a, w in zip(src.aliases, call.p_want)
              if w and differentiable(a)]
     # + the RNG state the snapshots share and the one being compared with it, and fork_rng's
     work = 2 * tape + WORK_STATES * state_bytes + 3 * rng
     write_s, read_s = tier_seconds(disk, state1)
-    mixed = Sizes(state_bytes, tape, work + 2 * sum(grads) + max(grads, default=0),
+    # a kept segment of several steps: ``chain`` bytes a step, its input state once (work)
+    mixed = Sizes(state_bytes, chain, work + state_bytes + 2 * sum(grads) + max(grads, default=0),
                   max(min(plain), 1e-9), max(min(taped), 1e-9), write_s, read_s)
     return Measured(replace(mixed, tape_bytes=None, work_bytes=work + sum(grads)), mixed)
+
+
+def one_step_tape(saved: list, owned: set, ins: list, outs: list) -> tuple[int, int]:
+    """Bytes one taped step holds alone (what it saves, and its input state), and what each step
+    of a kept segment of several steps adds to it.
+
+    In a segment each step's input state is the previous step's output. Where a step saves its
+    output (a tanh cell saves its result for its backward; the next step saves the same tensor
+    as its input), that state is held once, not twice: counted with the step that produced it.
+    A state leaf costs each step only if the step saves its input and not its output; the
+    segment's first input (one state) is counted in the working set."""
+    def saved_(t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in saved_ptrs
+    saved_ptrs = {t.untyped_storage().data_ptr() for t in saved}
+    alone = storage_bytes(saved, set(owned))          # S, params' and inputs' storages excluded
+    alone += storage_bytes(ins, set(saved_ptrs))      # + the input state where not saved
+    chain = alone - storage_bytes(ins)                # S without the input state
+    chain += storage_bytes([i for i, o in zip(ins, outs) if saved_(i) and not saved_(o)])
+    return alone, max(chain, 1)
