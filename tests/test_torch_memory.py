@@ -98,3 +98,44 @@ def test_memory_budget_holds_when_parameters_dominate(kind):
         _, peak = allocation_peak(
             lambda: torch.autograd.grad(first(loop(cell, state, xs)).pow(2).sum(), params))
         assert peak - grad_bytes <= fraction * store_all, (fraction, peak - grad_bytes)
+
+
+@pytest.mark.parametrize("kind", ["functional", "rnn", "gru", "lstm"])
+def test_a_kept_segment_holds_what_its_step_tape_predicts(kind):
+    """Per step of a kept segment the plan counts ``tape_bytes``: the storages an L-step chain
+    saves (counted with a pack hook, each once) are L of them, give or take one state."""
+    torch.manual_seed(0)
+    L, I2, H2, B2 = 12, 8, 32, 4
+    if kind == "functional":
+        params, h0, xs = problem(L, B2, H2, I2, dtype=torch.float32)
+        params, step = tuple(requiring(*params)), tanh_cell
+    else:
+        params = {"rnn": torch.nn.RNNCell, "gru": torch.nn.GRUCell,
+                  "lstm": torch.nn.LSTMCell}[kind](I2, H2)
+        h0 = torch.randn(B2, H2)
+        h0 = (h0, torch.randn(B2, H2)) if kind == "lstm" else h0
+        xs = torch.randn(L, B2, I2)
+
+        def step(cell, h, x):
+            return cell(x, h)
+    sizes = bt.binomial_checkpoint(step, L, memory="1GB").preview(params, h0, xs).sizes
+    owned = {p.untyped_storage().data_ptr() for p in
+             (params.parameters() if kind != "functional" else params)}
+    owned.add(xs.untyped_storage().data_ptr())
+    seen = {}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in owned:
+            seen[ptr] = t.untyped_storage().nbytes()
+        return t
+    leaves = [v.detach().requires_grad_() for v in (h0 if kind == "lstm" else (h0,))]
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        state = tuple(leaves) if kind == "lstm" else leaves[0]
+        for t in range(L):
+            state = step(params, state, xs[t])
+    held = sum(seen.values()) + sum(v.untyped_storage().nbytes() for v in leaves
+                                    if v.untyped_storage().data_ptr() not in seen)
+    state_bytes = sum(v.nbytes for v in leaves)
+    assert L * sizes.tape_bytes <= held + state_bytes, (kind, held, sizes.tape_bytes)
+    assert held <= L * sizes.tape_bytes + state_bytes, (kind, held, sizes.tape_bytes)
