@@ -14,12 +14,12 @@ Pinned to one CPU like ``python -m benchmarks.jax``. Writes
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 
+from ..result_files import write_results
 from .__main__ import pin_xla
 
 LENGTHS = (100, 1000, 10_000, 100_000)
@@ -120,9 +120,6 @@ def main(argv=None) -> int:
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "load_average": open("/proc/loadavg").read().split()[:3]
             if os.path.exists("/proc/loadavg") else None}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "compile-time.json"), "w") as fh:
-        json.dump({"meta": meta, "rows": rows}, fh, indent=1)
     lines = [f"# Compile time against the length ({meta['date']})", "",
              f"{meta['cell']}; `jax.jit(jax.grad(loss))` traced, lowered and compiled with the "
              f"inputs as shapes; medians of {args.rounds} rounds, a fresh loop object each; jax "
@@ -134,9 +131,7 @@ def main(argv=None) -> int:
         lines.append(f"| {row['loop']} | {row['seq_len']:,} | {row['eqns']} "
                      f"| {row['trace_s']:.3f} | {row['lower_s']:.3f} | {row['compile_s']:.3f} "
                      f"| {row['total_s']:.3f} | {row['total_over_T100']:.2f}× |")
-    with open(os.path.join(args.out, "compile-time.md"), "w") as fh:
-        fh.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(args.out, "compile-time", meta, rows, lines)
     return 0
 
 

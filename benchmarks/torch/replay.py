@@ -8,14 +8,14 @@ state and ``torch.autograd.backward`` into the parameters and that state; no gua
 states, no statistics. Both run the same plain and taped steps, so their ratio is what the
 library adds. The per-step bound of target (b) (``meter.step_costs``) is measured in the same
 rounds. Gradients are checked against store-all's (the plain loop) first. Rounds interleave
-the two (the order alternates); ratios are per-round medians. Writes ``benchmarks/torch/results/replay.{json,md}``.
+the two (the order alternates); ratios are per-round medians. Writes
+``benchmarks/torch/results/replay.{json,md}``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import statistics
 import sys
@@ -28,6 +28,7 @@ import bincheck.torch as bt
 from bincheck.schedule.actions import Advance, Free, Restore, Reverse, Snapshot
 
 from ..ratios import paired
+from ..result_files import write_results
 from .harness import max_rel_err
 from .meter import load_average, step_costs
 from .strategies import Problem
@@ -137,9 +138,6 @@ def main(argv=None) -> int:
                 load_start=load_start, load_end=load_average(),
                 seconds=round(time.time() - t_start, 1),
                 problem="T=1000, H=256, B=32, I=256, float32, CPU")
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "replay.json"), "w") as fh:
-        json.dump(dict(meta=meta, rows=rows), fh, indent=1)
     lines = [f"# bincheck against a minimal replay of its plan ({meta['date']})", "",
              f"{meta['problem']}, one thread, torch {meta['torch']}; medians of "
              f"{args.rounds} interleaved rounds, ratios per round; load {meta['load_start']} "
@@ -154,9 +152,7 @@ def main(argv=None) -> int:
             f"| {r['bincheck_s']:.3f} | {r['hand_s']:.3f} | {r['bound_s']:.3f} "
             f"| {r['bincheck_over_hand']:.2f}× | {r['hand_over_bound']:.2f}× "
             f"| {r['bincheck_over_bound']:.2f}× |")
-    with open(os.path.join(args.out, "replay.md"), "w") as fh:
-        fh.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_results(args.out, "replay", meta, rows, lines)
     return 0
 
 
