@@ -159,3 +159,27 @@ def test_a_memory_budget_holds_under_memory_analysis(make, cell, budgets):
         assert repr(loop.plan.schedule) == repr(planned.schedule)
         checkpoints.append(planned.plain_steps)
     assert checkpoints[0] > checkpoints[1], checkpoints      # more memory, fewer plain steps
+
+
+@pytest.mark.parametrize("memory", [100_000, "1MB"])
+def test_a_memory_budget_with_per_step_outputs_holds_beside_the_outputs(memory):
+    """With ``output_fn`` the stacked outputs and their cotangent are ``seq_len`` long, results
+    of the loop as for ``lax.scan``, which ``memory=`` does not count (docs/jax.rst): the
+    gradient's temporaries stay within the budget plus those two."""
+    T = 300
+
+    def readout(p, h, x):
+        return jnp.tanh(h @ p[1]).sum(axis=-1)            # (B,) a step
+
+    loop = bj.binomial_checkpoint(rnn_cell, T, memory=memory, output_fn=readout)
+
+    def loss(p, h, x):
+        final, ys = loop(p, h, x)
+        return jnp.sum(final) + jnp.sum(ys * jnp.arange(1, T + 1)[:, None])
+    args = rnn(T)
+    planned = loop.preview(*concrete(args))
+    memory = bincheck.parse_bytes(memory)
+    assert planned.peak_bytes <= memory
+    temp = temp_bytes(jax.grad(loss), *args)
+    ys_bytes = T * B * 4
+    assert temp <= memory + 2 * ys_bytes, (memory, temp, ys_bytes, planned.sizes)
