@@ -222,3 +222,32 @@ def test_offload_of_cpu_states_is_refused_before_the_forward():
         loop(tuple(leaves), h0, xs)
     assert len(calls) <= 4                   # the probe's steps only, no forward sweep
     assert offload.check_offload(False, None, None) is None
+
+
+def test_a_while_loop_offloads_too(host_copies):
+    """``checkpointed_while_loop(..., memory=, offload=True)``: the online planner's periodic
+    second-tier checkpoints go to host memory; the gradient is the plain while loop's."""
+    leaves, h0, xs = offload_problem()
+    W, U, b = leaves
+    x = xs[0]
+
+    def body(p, st):
+        h, k = st
+        return tanh_cell(p, h, x), k + 1
+
+    def cond(p, st):
+        return int(st[1]) < 150
+    start = (h0, torch.tensor(0))
+    run = bt.checkpointed_while_loop(cond, body, memory="160kB", offload=True)
+    got = torch.autograd.grad(run(tuple(leaves), start)[0].pow(2).sum(), leaves)
+    st = start
+    while cond(None, st):
+        st = body(tuple(leaves), st)
+    want = torch.autograd.grad(st[0].pow(2).sum(), leaves)
+    assert_close(got, want)
+    stats = run.stats
+    assert run.num_steps == 150 and stats.taped_steps == 150
+    assert stats.offload_bytes_written > 0 and stats.offload_bytes_read > 0, stats
+    assert stats.disk_bytes_written == 0
+    with pytest.raises(ValueError, match="three-tier"):
+        bt.checkpointed_while_loop(cond, body, memory="60kB", offload=True, disk=True)

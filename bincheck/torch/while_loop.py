@@ -24,6 +24,7 @@ from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable, che
 from ..tree import flatten
 from .boundary import Args
 from .function import Call, close
+from .offload import check_offload
 from .loops import SizeCache, _TorchLoop
 from .steps import Steps
 from .store import TorchStore
@@ -79,7 +80,7 @@ class WhileLoop(_TorchLoop):
     def __init__(self, cond_fn: Callable, body_fn: Callable, num_ckpts: int | None = None,
                  max_steps: int | None = None, *, memory: int | str | None = None,
                  disk: bool | str | None = None, verify: bool = False,
-                 preserve_rng_state: bool = True) -> None:
+                 preserve_rng_state: bool = True, offload: Any = None) -> None:
         check_callable("cond_fn", cond_fn, "cond_fn(params, state) -> bool")
         check_callable("body_fn", body_fn, "body_fn(params, state) -> new_state")
         exactly_one_budget(num_ckpts, memory)
@@ -87,7 +88,7 @@ class WhileLoop(_TorchLoop):
             num_ckpts = check_positive_int("num_ckpts", num_ckpts, NUM_CKPTS_RULE)
         else:
             memory = parse_bytes(memory)
-        self.disk = check_disk(disk, memory)
+        self.disk = check_offload(offload, memory, disk) or check_disk(disk, memory)
         if max_steps is not None:
             max_steps = check_int("max_steps", max_steps, 0, " or None (unbounded)")
         self.cond_fn, self.body_fn = cond_fn, body_fn
@@ -176,7 +177,7 @@ class WhileLoop(_TorchLoop):
 def checkpointed_while_loop(cond_fn: Callable, body_fn: Callable, num_ckpts: int | None = None,
                             max_steps: int | None = None, *, memory: int | str | None = None,
                             disk: bool | str | None = None, verify: bool = False,
-                            preserve_rng_state: bool = True) -> WhileLoop:
+                            preserve_rng_state: bool = True, offload: Any = None) -> WhileLoop:
     """A ``while cond_fn(params, state): state = body_fn(params, state)`` loop on tensors,
     differentiable with at most ``num_ckpts`` stored states (the initial one included) whatever
     its length.
@@ -186,9 +187,10 @@ def checkpointed_while_loop(cond_fn: Callable, body_fn: Callable, num_ckpts: int
     it synchronises every step) and is not differentiated. Snapshots are placed online
     (:mod:`bincheck.schedule.online`); each step runs once in the forward. ``max_steps=None`` is
     unbounded; otherwise a loop whose ``cond_fn`` is still true after ``max_steps`` steps raises
-    RuntimeError. ``run.num_steps`` is the last call's length. ``memory``, ``disk``, ``verify``,
-    ``preserve_rng_state`` and the rules for ``params`` and in-place updates: as for
-    :func:`binomial_checkpoint`.
+    RuntimeError. ``run.num_steps`` is the last call's length. ``memory``, ``disk``,
+    ``offload``, ``verify``, ``preserve_rng_state`` and the rules for ``params`` and in-place
+    updates: as for :func:`binomial_checkpoint` (with ``disk`` or ``offload``, the online planner
+    sends periodic checkpoints to the second tier).
     """
     return WhileLoop(cond_fn, body_fn, num_ckpts, max_steps, memory=memory, disk=disk,
-                     verify=verify, preserve_rng_state=preserve_rng_state)
+                     verify=verify, preserve_rng_state=preserve_rng_state, offload=offload)
