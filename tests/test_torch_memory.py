@@ -139,3 +139,28 @@ def test_a_kept_segment_holds_what_its_step_tape_predicts(kind):
     state_bytes = sum(v.nbytes for v in leaves)
     assert L * sizes.tape_bytes <= held + state_bytes, (kind, held, sizes.tape_bytes)
     assert held <= L * sizes.tape_bytes + state_bytes, (kind, held, sizes.tape_bytes)
+
+
+@pytest.mark.parametrize("kind", ["rnn", "gru"])
+def test_a_budget_near_the_minimum_holds_under_the_meter(kind):
+    """At budgets one and three states above the loop's minimum (states only, few slots), the
+    metered peak of the loop's own bytes stays within the budget."""
+    import re
+    from torch import nn
+    torch.manual_seed(0)
+    T2, B2, I2, H2 = 60, 16, 32, 64
+    cell = (nn.RNNCell if kind == "rnn" else nn.GRUCell)(I2, H2)
+    xs, h0 = torch.randn(T2, B2, I2), torch.zeros(B2, H2)
+    step = lambda c, s, x: c(x, s)                                  # noqa: E731
+    params = list(cell.parameters())
+    grad_bytes = sum(p.numel() * 4 for p in params)
+    with pytest.raises(ValueError) as refused:
+        bt.binomial_checkpoint(step, T2, memory=1).preview(cell, h0, xs)
+    minimum = int(re.search(r"(\d+) bytes in all", str(refused.value)).group(1))
+    for extra in (1, 3):
+        memory = minimum + extra * h0.nbytes
+        loop = bt.binomial_checkpoint(step, T2, memory=memory)
+        _, peak = allocation_peak(
+            lambda: torch.autograd.grad(loop(cell, h0, xs).pow(2).sum(), params))
+        assert loop.stats.plain_steps == loop.last_plan.plain_steps
+        assert peak - grad_bytes <= memory, (extra, peak - grad_bytes, memory)
