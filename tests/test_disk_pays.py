@@ -274,7 +274,7 @@ def test_every_disk_read_is_started_before_the_computation_that_precedes_it(tmp_
 def test_while_loop_budget_too_small_for_the_disk_warns_and_keeps_ram():
     sizes = Sizes(state_bytes=10_000, tape_bytes=None, work_bytes=50_000, step_seconds=1e-3,
                   taped_step_seconds=3e-3, write_seconds=1e-4, read_seconds=1e-4)
-    with pytest.warns(RuntimeWarning, match="disk tier is not used"):
+    with pytest.warns(RuntimeWarning, match="second tier .disk=, offload=. is not used"):
         states, planner = online_planner(75_000, sizes, disk=True)
     assert states == 2 and isinstance(planner, OnlinePlanner)
     states, planner = online_planner(95_000, sizes, disk=True)       # 4 states: 2 in flight

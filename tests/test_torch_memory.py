@@ -164,3 +164,37 @@ def test_a_budget_near_the_minimum_holds_under_the_meter(kind):
             lambda: torch.autograd.grad(loop(cell, h0, xs).pow(2).sum(), params))
         assert loop.stats.plain_steps == loop.last_plan.plain_steps
         assert peak - grad_bytes <= memory, (extra, peak - grad_bytes, memory)
+
+
+@pytest.mark.parametrize("case", ["output_fn", "inputs"])
+def test_kept_segments_count_what_output_fn_and_wanted_inputs_hold(case):
+    """A kept segment also holds, each step, the cotangent ``output_fn`` pulls back into the
+    state, or the wanted input slice's cotangent: the backward's metered peak (beside the
+    returned gradients) stays within budgets that keep taped segments."""
+    import re
+    torch.manual_seed(0)
+    T2, B2, H2, I2 = 120, 16, 64, 64 if case == "output_fn" else 256
+    W = (torch.randn(H2, H2) * 0.1).requires_grad_()
+    U = (torch.randn(I2, H2) * 0.1).requires_grad_()
+    V = (torch.randn(H2, 8) * 0.1).requires_grad_()
+    xs, h0 = torch.randn(T2, B2, I2), torch.randn(B2, H2)
+    step = lambda p, h, x: torch.tanh(h @ p[0] + x @ p[1])       # noqa: E731
+    kw = {"output_fn": lambda p, h, x: h @ p[2]} if case == "output_fn" else {}
+    params = (W, U, V) if case == "output_fn" else (W, U)
+    if case == "inputs":
+        xs.requires_grad_()
+    wrt = params + ((xs,) if case == "inputs" else ())
+    returned = sum(v.numel() * 4 for v in wrt)
+    with pytest.raises(ValueError) as refused:
+        bt.binomial_checkpoint(step, T2, memory=1, **kw).preview(params, h0, xs)
+    minimum = int(re.search(r"(\d+) bytes in all", str(refused.value)).group(1))
+    kept = []
+    for extra in (30, 60, 120):
+        memory = minimum + extra * h0.nbytes
+        loop = bt.binomial_checkpoint(step, T2, memory=memory, **kw)
+        out = loop(params, h0, xs)
+        loss = out[0].sum() + out[1].sum() if case == "output_fn" else out.sum()
+        _, peak = allocation_peak(lambda: torch.autograd.grad(loss, wrt))
+        kept.append(loop.last_plan.sizes.tape_bytes is not None)
+        assert peak - returned <= memory, (extra, peak - returned, memory)
+    assert any(kept), kept                       # a budget where taped segments are kept

@@ -18,9 +18,10 @@ def online_planner(memory: int, sizes: Sizes, disk: bool = False) -> tuple[int, 
         BudgetPlan(1, memory, sizes)            # raises, naming the minimum
     states = (memory - sizes.work_bytes) // sizes.state_bytes
     if disk and states <= IO_STATES:        # no RAM slot beside the I/O's own: RAM alone
-        warnings.warn(f"the disk tier is not used: {format_bytes(memory)} holds {states} "
-                      f"state(s) beside the working set, and the disk needs {IO_STATES + 1} (one "
-                      f"in RAM, {IO_STATES} in flight); the while loop keeps {states} in RAM",
+        warnings.warn(f"the second tier (disk=, offload=) is not used: {format_bytes(memory)} "
+                      f"holds {states} state(s) beside the working set, and the tier needs "
+                      f"{IO_STATES + 1} (one in RAM, {IO_STATES} in flight); the while loop keeps "
+                      f"{states} in RAM",
                       RuntimeWarning, stacklevel=3)
     if not disk or states <= IO_STATES:
         return states, OnlinePlanner(states)

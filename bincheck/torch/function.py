@@ -133,6 +133,7 @@ class Call:
             sweep = Sweep(self.steps, adjoint, g_ys, pretaped, any(self.s_needs),
                           [a for a, w in zip(self.steps.aliases, self.p_want) if w], store,
                           (sizes.tape_bytes or 0) if sizes is not None else 0)
+            pretaped = None          # the sweep holds the forward's segment until it reverses it
             try:
                 if executor.run(actions, sweep) is not None:
                     raise InternalError("the reverse sweep stopped early")    # pragma: no cover

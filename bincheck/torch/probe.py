@@ -108,11 +108,17 @@ def probe(call: Any, disk: Any = None) -> Measured:
     # A snapshot holds its own RNG state only where the steps draw random numbers (see Rng.get)
     rng = call.rng.nbytes() if call.rng is not None else 0
     state_bytes = storage_bytes(leaves) + (rng if draws else 0)
-    tape, chain = one_step_tape(saved, owned, flatten(state0)[0], seg.outs)
+    # What a kept segment holds a step beyond its tape: with output_fn, the cotangent it pulls
+    # back into the step's state; for wanted inputs, the step's input slice's cotangent
+    extra = sum(o.numel() * o.element_size() for o in seg.outs if differentiable(o)) \
+        if src.output_fn is not None else 0
+    extra += sum(src.args.x[k][0].numel() * src.args.x[k].element_size() for k in src.x_want)
+    tape, chain = one_step_tape(saved, owned, flatten(state0)[0], seg.outs,
+                                src.output_fn is not None, extra)
     grads = [a.numel() * a.element_size() for a, w in zip(src.aliases, call.p_want)
              if w and differentiable(a)]
     # + the RNG state the snapshots share and the one being compared with it, and fork_rng's
-    work = 2 * tape + WORK_STATES * state_bytes + 3 * rng
+    work = 2 * tape + extra + WORK_STATES * state_bytes + 3 * rng
     write_s, read_s = tier_seconds(disk, state1)
     # a kept segment of several steps: ``chain`` bytes a step, its input state once (work)
     mixed = Sizes(state_bytes, chain, work + state_bytes + 2 * sum(grads) + max(grads, default=0),
@@ -120,20 +126,27 @@ def probe(call: Any, disk: Any = None) -> Measured:
     return Measured(replace(mixed, tape_bytes=None, work_bytes=work + sum(grads)), mixed)
 
 
-def one_step_tape(saved: list, owned: set, ins: list, outs: list) -> tuple[int, int]:
+def one_step_tape(saved: list, owned: set, ins: list, outs: list, keeps_states: bool = False,
+                  extra: int = 0) -> tuple[int, int]:
     """Bytes one taped step holds alone (what it saves, and its input state), and what each step
     of a kept segment of several steps adds to it.
 
     In a segment each step's input state is the previous step's output. Where a step saves its
     output (a tanh cell saves its result for its backward; the next step saves the same tensor
     as its input), that state is held once, not twice: counted with the step that produced it.
-    A state leaf costs each step only if the step saves its input and not its output; the
-    segment's first input (one state) is counted in the working set."""
+    A state leaf costs each step only if the step saves its input and not its output, or, with
+    ``keeps_states`` (``output_fn``: the segment keeps every step's state), if it saves neither.
+    A state is counted at its output's storage (from step 1 on, an input is the previous step's
+    output, which may be a view of a larger storage). ``extra`` is added per step (cotangents a
+    segment holds per step: see :func:`probe`); the segment's first input (one state) is counted
+    in the working set."""
     def saved_(t: Any) -> bool:
         return isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in saved_ptrs
     saved_ptrs = {t.untyped_storage().data_ptr() for t in saved}
-    alone = storage_bytes(saved, set(owned))          # S, params' and inputs' storages excluded
-    alone += storage_bytes(ins, set(saved_ptrs))      # + the input state where not saved
-    chain = alone - storage_bytes(ins)                # S without the input state
-    chain += storage_bytes([i for i, o in zip(ins, outs) if saved_(i) and not saved_(o)])
+    ins_ptrs = {t.untyped_storage().data_ptr() for t in ins if isinstance(t, torch.Tensor)}
+    others = storage_bytes(saved, set(owned) | ins_ptrs)      # saved, without the input state
+    alone = others + storage_bytes(outs)                       # + the input state (held)
+    kept = [o for i, o in zip(ins, outs) if (saved_(i) and not saved_(o)) or
+            (keeps_states and not saved_(i) and not saved_(o))]
+    chain = others + storage_bytes(kept) + extra
     return alone, max(chain, 1)
