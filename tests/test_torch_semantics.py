@@ -1,5 +1,7 @@
 """bincheck.torch behaves as a careful user of torch.utils.checkpoint expects."""
 
+import collections
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -45,6 +47,52 @@ def test_without_preserve_rng_state_dropout_replays_differ():
     want = torch.autograd.grad(plain_loop(dropout_cell, tuple(leaves), h0, xs, T).pow(2).sum(),
                                leaves)
     assert max(float((a - b).abs().max()) for a, b in zip(got, want)) > 1e-3
+
+
+def test_a_step_that_draws_once_late_in_the_loop_still_replays_its_draw():
+    """Only step T-3 draws (its input says so): the generators move once, after most snapshots
+    were taken, and every replay of that step must draw what the forward drew."""
+    params, h0, xs = problem(T)
+    xs = xs.clone()
+    xs[:, 0, 0] = 0.0
+    xs[T - 3, 0, 0] = 100.0                   # the flag: this step draws
+
+    def late(p, h, x):
+        h = tanh_cell(p, h, x)
+        return torch.nn.functional.dropout(h, 0.5, training=True) if x[0, 0] > 50 else h
+    leaves = requiring(*params)
+    torch.manual_seed(11)
+    got = torch.autograd.grad(bt.binomial_checkpoint(late, T, 3)(tuple(leaves), h0, xs)
+                              .pow(2).sum(), leaves)
+    torch.manual_seed(11)
+    want = torch.autograd.grad(plain_loop(late, tuple(leaves), h0, xs, T).pow(2).sum(), leaves)
+    assert_close(got, want)
+
+
+def test_a_loop_that_draws_nothing_leaves_the_generators_alone_in_its_backward(monkeypatch):
+    """The forward saw the generators never move: the backward's snapshots share its RNG state
+    and restores set nothing (fork_rng's own save and restore aside)."""
+    params, h0, xs = problem(40)
+    leaves = requiring(*params)
+    loop = bt.binomial_checkpoint(tanh_cell, 40, 3)
+    out = loop(tuple(leaves), h0, xs).pow(2).sum()
+    calls = collections.Counter()
+    get, set_ = torch.get_rng_state, torch.set_rng_state
+
+    def counted(name, f):
+        def wrapped(*a):
+            calls[name] += 1
+            return f(*a)
+        return wrapped
+    monkeypatch.setattr(torch, "get_rng_state", counted("get", get))
+    monkeypatch.setattr(torch, "set_rng_state", counted("set", set_))
+    got = torch.autograd.grad(out, leaves)
+    monkeypatch.undo()
+    assert loop.stats.plain_steps > 40                       # restores and snapshots happened
+    assert calls["get"] <= 1 and calls["set"] <= 1, calls
+    want = torch.autograd.grad(plain_loop(tanh_cell, tuple(leaves), h0, xs, 40).pow(2).sum(),
+                               leaves)
+    assert_close(got, want)
 
 
 def test_autocast_is_reentered_in_the_backward():

@@ -54,7 +54,7 @@ class Args:
     """One call's arguments flattened: ``p`` (params), ``s`` (state) and ``x`` (inputs) leaves."""
 
     __slots__ = ("module", "slots", "p_def", "s_def", "x_def", "p", "s", "x", "seq_len",
-                 "_params")
+                 "given")
 
     def __init__(self, params: Any, init_state: Any, inputs: Any, seq_len: int | None) -> None:
         if isinstance(params, nn.Module):
@@ -65,7 +65,7 @@ class Args:
         else:
             self.module, self.slots = None, None
             self.p, self.p_def = flatten(params)
-        self._params = params                 # what plain steps receive, built once
+        self.given = params                   # what plain steps receive, built once
         self.s, self.s_def = flatten(init_state)
         self.x, self.x_def = flatten(inputs)
         self.seq_len = seq_len
@@ -97,7 +97,7 @@ class Args:
         ``torch.func.functional_call`` does, at the cost of a few dict writes (functional_call's
         own bookkeeping, paid once per taped segment, cost as much as a taped step)."""
         if aliases is None:
-            return body(self._params, *args)
+            return body(self.given, *args)
         if self.module is None:
             return body(unflatten(self.p_def, aliases), *args)
         saved = []

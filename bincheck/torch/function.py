@@ -79,6 +79,8 @@ class Call:
         self.schedule = self.loop.schedule_for(self)
         self.disk = self.loop.disk_for(self.schedule)
         executor, actions, seg, outs = self.first_sweep(self.new_store())
+        if self.rng is not None:
+            self.rng.settle(self.rng0)
         self.pending = (executor, actions, seg)
         self.stats.library_seconds += time.perf_counter() - t0
         return outs

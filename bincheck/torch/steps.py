@@ -125,13 +125,15 @@ class Steps:
 
     def step(self, state: Any, t: int) -> Any:
         args = self.args
-        x = args.x_at(t) if args.x else None
-        if self.track:
+        xl = args.x
+        x = None if not xl else xl[0][t] if args.x_def is LEAF else args.x_at(t)
+        track = self.track
+        if track:
             leaves = [state] if args.s_def is LEAF else flatten(state)[0]
             versions = [v._version for v in leaves]
-        out = args.call_with(None, self.fn, state, x)
-        if self.track and ([v._version for v in leaves] != versions or
-                           [v._version for v in args.x] != self.x_versions):
+        out = self.fn(args.given, state, x)              # args.call_with(None, ...)
+        if track and ([v._version for v in leaves] != versions or
+                      (xl and [v._version for v in xl] != self.x_versions)):
             raise self.in_place_error(t)
         out, new = self.check(out, t)
         if self.verifier is not None:

@@ -50,15 +50,26 @@ class Rng:
 
     :meth:`get` hands back the previous state's very object while the generators have not moved
     (a step that draws no random numbers), so snapshots of such a loop share one RNG state
-    instead of holding a copy each."""
+    instead of holding a copy each. Once a whole forward has drawn nothing (:meth:`settle`), the
+    replays of its deterministic steps draw nothing either: the state is ``still``, and neither
+    snapshots nor restores touch the generators again (a query and a comparison cost about as
+    much as a snapshot's every other bookkeeping together)."""
 
-    __slots__ = ("devices", "_last")
+    __slots__ = ("devices", "_last", "still")
 
     def __init__(self, devices: list[int]) -> None:
         self.devices = devices
         self._last: tuple | None = None
+        self.still = False
+
+    def settle(self, first: tuple) -> None:
+        """End of the forward: ``still`` if the generators are where they were at ``first``
+        (this object's :meth:`get` at the forward's start)."""
+        self.still = self.get() is first
 
     def get(self) -> tuple:
+        if self.still:
+            return self._last
         cpu, cuda = torch.get_rng_state(), [torch.cuda.get_rng_state(d) for d in self.devices]
         last = self._last
         if last is not None and torch.equal(cpu, last[0]) and \
@@ -122,7 +133,7 @@ class TorchStore(MemoryStore):
                     f"in place after it was stored: a step function, output_fn or the caller "
                     f"wrote into a tensor that bincheck keeps by reference. Update out of place "
                     f"(h = h + ... instead of h += ..., torch.cat instead of h[i] = ...)")
-        if rng is not None:
+        if rng is not None and not self.rng.still:
             Rng.set(rng, self.rng.devices)
         return state
 
