@@ -201,3 +201,27 @@ def test_tied_weights_get_one_whole_gradient():
                                list(model.parameters()))
     assert len(got) == 3
     assert_close(got, want)
+
+
+@pytest.mark.parametrize("engine", ["direct", "public"])
+def test_the_sweep_s_engine_call_and_torch_autograd_backward_agree(engine, monkeypatch):
+    """The sweep calls autograd's engine without torch.autograd.backward's argument checks
+    where torch has the entry point; both paths give the plain loop's gradient, with per-step
+    outputs and differentiated inputs (the cotangents of output_fn and of input slices)."""
+    from bincheck.torch import sweep
+    if engine == "public":
+        monkeypatch.setattr(sweep, "_engine_backward", None)
+    else:
+        assert sweep._engine_backward is not None        # this torch has the direct path
+    params, h0, xs = problem(T)
+    leaves = requiring(*params, h0, xs)
+    W, U, b, h, x = leaves
+    readout = lambda p, st, xt: (st * xt[:, :1]).sum(-1)                      # noqa: E731
+    final, ys = bt.binomial_checkpoint(tanh_cell, T, 3, output_fn=readout)((W, U, b), h, x)
+    got = torch.autograd.grad(final.pow(2).sum() + ys.sin().sum(), leaves)
+    st, outs = h, []
+    for t in range(T):
+        st = tanh_cell((W, U, b), st, x[t])
+        outs.append(readout((W, U, b), st, x[t]))
+    want = torch.autograd.grad(st.pow(2).sum() + torch.stack(outs).sin().sum(), leaves)
+    assert_close(got, want)

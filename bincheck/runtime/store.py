@@ -41,14 +41,15 @@ class MemoryStore:
         self.disk = disk
         self.size = size
 
-    def put(self, index: int, state: Any, storage: str = "ram") -> None:
+    def put(self, index: int, state: Any, storage: str = "ram", nbytes: int | None = None) -> None:
+        """Keep ``state`` as state ``index`` (``nbytes``: its size, when the caller measured it)."""
         if storage == "disk":
             if self.disk is None:
                 raise ValueError(f"the schedule stores state {index} on disk, but this loop "
                                  f"has no disk (pass disk=True or disk='/some/dir')")
             self.disk.put(index, state)
             return
-        size = self.size(state)
+        size = self.size(state) if nbytes is None else nbytes
         self._states[index] = (state, size)
         self.nbytes += size
         self.peak_nbytes = max(self.peak_nbytes, self.nbytes)

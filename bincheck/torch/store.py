@@ -16,7 +16,7 @@ dtypes numpy lacks (bfloat16, float8) round-trip exactly.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -96,9 +96,8 @@ class TorchStore(MemoryStore):
 
     __slots__ = ("_guard", "rng", "_rng_refs", "_rng_bytes")
 
-    def __init__(self, disk: Any = None, rng: Rng | None = None,
-                 size: Callable[[Any], int] = tensor_nbytes) -> None:
-        super().__init__(disk, size)
+    def __init__(self, disk: Any = None, rng: Rng | None = None) -> None:
+        super().__init__(disk, tensor_nbytes)
         self._guard: dict[int, tuple] = {}
         self.rng = rng
         self._rng_refs: dict[int, int] = {}          # id of a kept RNG state -> snapshots
@@ -112,9 +111,12 @@ class TorchStore(MemoryStore):
             self._rng_refs[id(rng)] = refs + 1
             if not refs:
                 self.nbytes += self._rng_bytes
-        super().put(index, state, storage)
-        versions = None if storage == "disk" else [v._version for v in leaves]
-        self._guard[index] = (versions, rng)
+        if storage == "disk":
+            super().put(index, state, storage)
+            self._guard[index] = (None, rng)
+        else:
+            super().put(index, state, storage, storage_bytes(leaves))
+            self._guard[index] = ([v._version for v in leaves], rng)
 
     @property
     def working_rng_bytes(self) -> int:
