@@ -15,7 +15,8 @@ Order, per cell:
    ``memory=`` run is checked and metered like the others (a budget below the loop's minimum is
    refused by bincheck before the forward: reported as such);
 4. timed rounds, strategies interleaved and the order reversed every other round; each round
-   first measures the per-step costs (a plain step, a taped step + backward), so that every
+   first measures the per-step costs (a plain step, a taped step + backward into the running
+   sums of the parameters' gradients: :func:`.meter.step_costs`), so that every
    bincheck run's bound uses costs measured in the same process and period. Time = median of
    the rounds; every ratio (time / store-all, time / bound, and target (a)'s bincheck / peer)
    is the median over rounds of the ratio within a round (:func:`benchmarks.ratios.paired`).
@@ -73,10 +74,12 @@ class Row:
     library_s: float | None = None
     bound_s: float | None = None        # plain_steps * plain step + taped_steps * taped step
     time_over_bound: float | None = None
+    time_over_fresh_bound: float | None = None  # over the bound of the older taped cost
     bounds_s: list = field(default_factory=list)   # per round: that round's costs' bound
     ratios: str = "per-round"   # how the ratios were taken ("medians": runs before 2026-11-24)
     step_plain_ms: float | None = None  # per-step costs, medians over the rounds
-    step_taped_ms: float | None = None
+    step_taped_ms: float | None = None  # taped step + backward into the running sums
+    step_taped_fresh_ms: float | None = None   # the same into fresh tensors (the older bound)
 
     def record(self) -> dict:
         return asdict(self)
@@ -180,6 +183,7 @@ class CellRun:
             self._tick()
         plain = statistics.median(c[0] for c in costs)
         taped = statistics.median(c[1] for c in costs)
+        fresh = statistics.median(c[2] for c in costs)
         ref = self.rows[0]
         ref.time_s = statistics.median(ref.times_s)
         for st, row in self.live:
@@ -187,6 +191,7 @@ class CellRun:
             row.rel_time = paired(row.times_s, ref.times_s)
             row.peak_rel = row.metered_peak / ref.metered_peak
             row.step_plain_ms, row.step_taped_ms = 1e3 * plain, 1e3 * taped
+            row.step_taped_fresh_ms = 1e3 * fresh
             sts = stats[id(row)]
             if sts:
                 row.plain_steps, row.taped_steps = sts[-1].plain_steps, sts[-1].taped_steps
@@ -198,6 +203,8 @@ class CellRun:
                 # each round's time over the bound of that round's step costs
                 row.bounds_s = [row.plain_steps * c[0] + row.taped_steps * c[1] for c in costs]
                 row.time_over_bound = paired(row.times_s, row.bounds_s)
+                row.time_over_fresh_bound = paired(
+                    row.times_s, [row.plain_steps * c[0] + row.taped_steps * c[2] for c in costs])
 
 
 def run_cell(prob: S.Problem, num_ckpts: list[int], fractions: list[float], rounds: int,

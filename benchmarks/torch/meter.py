@@ -4,7 +4,7 @@ The peak is the running sum of every allocation and free torch's allocator repor
 profiler during one call, sorted by time, above its value at the start (research/torch.md §3;
 tracemalloc does not see torch's allocator). Per-step costs are the references for bincheck's
 bound: a plain step under ``no_grad``, and a taped step with its backward pass (the cotangents of
-the parameters and of the state, as a reverse sweep needs them).
+the state, and of the parameters added into their running sums, as a reverse sweep needs them).
 """
 
 from __future__ import annotations
@@ -62,34 +62,51 @@ def peak_bytes(call: Callable[[], object]) -> int:
     return peak
 
 
-def step_costs(prob: Problem, reps: int = 40) -> tuple[float, float]:
-    """Seconds of one plain step (``no_grad``) and of one taped step with its backward pass
-    (``autograd.grad`` w.r.t. the parameters and the state, as a reverse sweep needs them):
-    the mean over ``reps`` steps on distinct inputs, after two warm-up steps."""
+def step_costs(prob: Problem, reps: int = 40) -> tuple[float, float, float]:
+    """Seconds of one plain step (``no_grad``), of one taped step with its backward pass as a
+    reverse sweep runs it, and of the same without the parameters' running sums: the mean over
+    ``reps`` steps on distinct inputs, after two warm-up steps.
+
+    The backward of a step in a loop adds its parameters' cotangents into the gradient summed
+    over the steps (``.grad``; store-all's ``.backward()`` pays the same additions in autograd's
+    input buffers): ``torch.autograd.backward(..., inputs=params + state)`` into the
+    parameters' ``.grad``, which is the bound's taped cost. ``autograd.grad`` into fresh
+    tensors (the third number) skips those additions, which no loop can; it was the bound's
+    taped cost in the results committed before 2026-11-24, and stays in the results beside it."""
     cell, params, state0 = prob.cell, prob.params, prob.state0
     xs = prob.xs[:reps]
 
-    def taped(x):
+    def taped(x, into_grad):
         s = tuple(v.detach().requires_grad_() for v in state0) if prob.lstm else \
             state0.detach().requires_grad_()
         out = prob.step(cell, s, x)
         outs = out if prob.lstm else (out,)
-        torch.autograd.grad(outs, params + list(s if prob.lstm else (s,)),
-                            [torch.ones_like(o) for o in outs])
+        wrt = params + list(s if prob.lstm else (s,))
+        ones = [torch.ones_like(o) for o in outs]
+        if into_grad:
+            torch.autograd.backward(outs, ones, inputs=wrt)
+        else:
+            torch.autograd.grad(outs, wrt, ones)
 
     def plain(x):
         with torch.no_grad():
             prob.step(cell, state0, x)
 
+    saved = [p.grad for p in params]
     result = []
-    for one in (plain, taped):
-        for x in xs[:2]:
-            one(x)
-        t0 = time.perf_counter()
-        for x in xs:
-            one(x)
-        result.append((time.perf_counter() - t0) / len(xs))
-    return result[0], result[1]
+    try:
+        for one in (plain, lambda x: taped(x, True), lambda x: taped(x, False)):
+            prob.zero_grad()
+            for x in xs[:2]:
+                one(x)
+            t0 = time.perf_counter()
+            for x in xs:
+                one(x)
+            result.append((time.perf_counter() - t0) / len(xs))
+    finally:
+        for p, g in zip(params, saved):
+            p.grad = g
+    return result[0], result[1], result[2]
 
 
 def load_average() -> str:
