@@ -63,7 +63,8 @@ def plot_png(rows: list[Row], title: str) -> bytes | None:
     caption = ("x: metered peak (profiler allocation events) / store-all's, log scale; y: time / "
                "store-all's, the median of the per-round ratios. Hollow grey circle joined to a "
                "bincheck point: that run's "
-               "bound, the plan's plain steps × plain step + T × (taped step + backward), "
+               "bound, the plan's plain steps × plain step + T × (taped step + backward into "
+               "the parameters' running sums), "
                "per-step costs measured in the same run.")
     fig.text(0.5, 1 - 0.42 / height, "\n".join(textwrap.wrap(caption, int(width * 15))),
              ha="center", va="top", fontsize=7.5, color="0.3")
