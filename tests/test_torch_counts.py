@@ -140,3 +140,49 @@ def test_while_loop_retain_graph_and_memory_budget():
     budget(p, h0).pow(2).sum().backward()
     torch.testing.assert_close(p.grad, want, rtol=1e-10, atol=1e-12)
     assert budget.stats.taped_steps == n
+
+
+@pytest.mark.parametrize("limit", [None, 10])
+def test_a_loop_called_again_replays_its_plan_s_actions_exactly(limit, monkeypatch):
+    """The second call iterates the first call's actions (a tuple) when the plan has at most
+    ActionCache.LIMIT of them, and streams the planner's generator otherwise; both do t(l, s)
+    plain and l taped steps and give the gradient of the first call."""
+    from bincheck.runtime.front import ActionCache
+    if limit is not None:
+        monkeypatch.setattr(ActionCache, "LIMIT", limit)
+    l, s = 30, 4
+    params, h0, xs = problem(l)
+    W, U, b = requiring(*params)
+    cell = Counter(tanh_cell)
+    loop = bt.binomial_checkpoint(cell, l, s)
+    grads, kept = [], []
+    for _ in range(3):
+        cell.plain = cell.taped = 0
+        grads.append(torch.autograd.grad(loop((W, U, b), h0, xs).pow(2).sum(), (W, U, b)))
+        assert (cell.plain, cell.taped) == (closed_form(l, s), l)
+        kept.append(loop.action_cache._last[1])
+    if limit is None:
+        assert kept[0] == tuple(bincheck.plan(l, s)) and kept[1] is kept[0] and kept[2] is kept[0]
+    else:
+        assert kept == [None, None, None]                  # over the limit: streamed each time
+    for g in grads[1:]:
+        for a, b_ in zip(g, grads[0]):
+            torch.testing.assert_close(a, b_, rtol=0, atol=0)
+
+
+def test_a_budget_loop_caches_the_actions_of_each_plan_it_runs():
+    """memory=: each argument signature has its own plan; the cache follows the plan in use."""
+    l = 40
+    loop = bt.binomial_checkpoint(tanh_cell, l, memory="20kB")     # B=2: store all; B=8: not
+    plans = []
+    for B in (2, 8, 2):
+        params, h0, xs = problem(l, B=B)
+        W, U, b = requiring(*params)
+        loop((W, U, b), h0, xs).pow(2).sum().backward()
+        plan = loop.last_plan
+        assert loop.action_cache._last[0] is plan
+        assert loop.action_cache._last[1] == tuple(plan)
+        assert loop.stats.plain_steps == plan.plain_steps
+        plans.append(plan)
+    assert plans[1] is not plans[0] and plans[2] is plans[0]
+    assert tuple(plans[1]) != tuple(plans[0])

@@ -93,7 +93,7 @@ class Call:
         the actions, the taped segment, the forward's output leaves)."""
         executor = Executor(self.n, self.state0, store)
         try:
-            actions = iter(self.schedule)
+            actions = self.loop.action_cache.actions(self.schedule)
             first = executor.run(actions, self.steps, until=Reverse)
             if first is None:
                 raise ScheduleError(f"the schedule {self.schedule!r} yielded no Reverse action")

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..runtime.front import Configured
+from ..runtime.front import ActionCache, Configured
 from ..runtime.front import SizeCache as BaseCache
 from ..runtime.stats import LoopStats
 from ..schedule.binomial import Plan
@@ -96,6 +96,7 @@ class CheckpointedLoop(_TorchLoop):
         self.disk = disk
         self.budget = SizeCache() if isinstance(schedule, MemoryBudget) else None
         self.last_plan = None
+        self.action_cache = ActionCache()
         self._freeze()
 
     def __repr__(self) -> str:
