@@ -50,10 +50,13 @@ class Rng:
 
     :meth:`get` hands back the previous state's very object while the generators have not moved
     (a step that draws no random numbers), so snapshots of such a loop share one RNG state
-    instead of holding a copy each. Once a whole forward has drawn nothing (:meth:`settle`), the
-    replays of its deterministic steps draw nothing either: the state is ``still``, and neither
-    snapshots nor restores touch the generators again (a query and a comparison cost about as
-    much as a snapshot's every other bookkeeping together)."""
+    instead of holding a copy each. Once a whole forward has left the generators where they were
+    (:meth:`settle`), every snapshot of its replays holds that same state: it is ``still``, and
+    snapshots take it without querying the generators (a query and a 5 KiB comparison cost
+    about as much as a snapshot's every other bookkeeping together). Restores still set it: a
+    step may draw and leave the generators unmoved (a mask drawn under ``fork_rng``), and its
+    replays must draw from the forward's state, not from wherever the caller's stream is when
+    the backward runs."""
 
     __slots__ = ("devices", "_last", "still")
 
@@ -135,7 +138,7 @@ class TorchStore(MemoryStore):
                     f"in place after it was stored: a step function, output_fn or the caller "
                     f"wrote into a tensor that bincheck keeps by reference. Update out of place "
                     f"(h = h + ... instead of h += ..., torch.cat instead of h[i] = ...)")
-        if rng is not None and not self.rng.still:
+        if rng is not None:
             Rng.set(rng, self.rng.devices)
         return state
 
