@@ -160,7 +160,7 @@ def test_a_loop_called_again_replays_its_plan_s_actions_exactly(limit, monkeypat
         cell.plain = cell.taped = 0
         grads.append(torch.autograd.grad(loop((W, U, b), h0, xs).pow(2).sum(), (W, U, b)))
         assert (cell.plain, cell.taped) == (closed_form(l, s), l)
-        kept.append(loop.action_cache._last[1])
+        kept.append(loop.action_cache._last[2])
     if limit is None:
         assert kept[0] == tuple(bincheck.plan(l, s)) and kept[1] is kept[0] and kept[2] is kept[0]
     else:
@@ -170,19 +170,19 @@ def test_a_loop_called_again_replays_its_plan_s_actions_exactly(limit, monkeypat
             torch.testing.assert_close(a, b_, rtol=0, atol=0)
 
 
-def test_a_budget_loop_caches_the_actions_of_each_plan_it_runs():
-    """memory=: each argument signature has its own plan; the cache follows the plan in use."""
+def test_the_action_cache_keeps_only_fixed_plans_and_follows_their_settings():
+    """memory= plans are never kept (the budget counts what the loop holds); a fixed plan whose
+    checkpoint count is changed in place is planned again, not replayed."""
     l = 40
-    loop = bt.binomial_checkpoint(tanh_cell, l, memory="20kB")     # B=2: store all; B=8: not
-    plans = []
-    for B in (2, 8, 2):
-        params, h0, xs = problem(l, B=B)
-        W, U, b = requiring(*params)
-        loop((W, U, b), h0, xs).pow(2).sum().backward()
-        plan = loop.last_plan
-        assert loop.action_cache._last[0] is plan
-        assert loop.action_cache._last[1] == tuple(plan)
-        assert loop.stats.plain_steps == plan.plain_steps
-        plans.append(plan)
-    assert plans[1] is not plans[0] and plans[2] is plans[0]
-    assert tuple(plans[1]) != tuple(plans[0])
+    params, h0, xs = problem(l)
+    W, U, b = requiring(*params)
+    budget = bt.binomial_checkpoint(tanh_cell, l, memory="20kB")
+    budget((W, U, b), h0, xs).pow(2).sum().backward()
+    assert budget.action_cache._last is None
+    loop = bt.binomial_checkpoint(tanh_cell, l, 3)
+    loop((W, U, b), h0, xs).pow(2).sum().backward()
+    assert loop.stats.plain_steps == closed_form(l, 3)
+    loop.schedule.num_ckpts = 5
+    loop((W, U, b), h0, xs).pow(2).sum().backward()
+    assert loop.stats.plain_steps == closed_form(l, 5)
+    assert loop.action_cache._last[2] == tuple(bincheck.plan(l, 5))

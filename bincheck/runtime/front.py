@@ -4,7 +4,7 @@
 (``stats``, ``last_plan``) are replaced, whole, when a call completes. :class:`SizeCache`: with a
 memory budget, a step is measured once per argument signature (the measurement itself is the
 front end's) and each plan made once per (length, budget, sizes). :class:`ActionCache`: the
-actions of the schedule a loop ran last, replayed from a tuple by the next call.
+actions of the fixed plan a loop ran last, replayed from a tuple by the next call.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any, Callable, Hashable
 
+from ..schedule.binomial import Plan
 from ..schedule.budget import BudgetPlan, Sizes
 from .stats import LoopStats
 
@@ -62,30 +63,35 @@ class SizeCache:
 
 
 class ActionCache:
-    """The actions of the schedule a loop ran last, as a tuple when there are at most ``LIMIT``.
+    """The actions of the fixed ``num_ckpts`` plan a loop ran last, as a tuple when there are at
+    most ``LIMIT``.
 
-    A loop called again with the same schedule object (its fixed ``num_ckpts`` plan, or a
-    budget's plan, which :class:`SizeCache` makes once) iterates the tuple instead of running
-    the planner's generator again: about 1 % of a tanh RNN gradient's time at T=1000 (5k
-    actions, 0.3 MB held). Longer schedules stream on every call, as planning must cost what the
-    schedule needs and never hold more. One cache per loop object; the pair it holds is replaced
-    whole, so concurrent calls read either the old or the new one."""
+    A loop called again with the same :class:`~bincheck.schedule.binomial.Plan` (same object,
+    same length and checkpoint count) iterates the tuple instead of running the planner's
+    generator again: about 1 % of a tanh RNN gradient's time at T=1000 (~5k actions, 0.3 MB of
+    host memory held by the loop). Only fixed plans are kept: a loop with ``memory=`` holds no
+    more than its budget counts, and other schedules may yield different actions per call.
+    Longer plans stream on every call. The pair held is replaced whole, so concurrent calls read
+    either the old or the new one."""
 
-    LIMIT = 1 << 16
+    LIMIT = 1 << 14
 
     __slots__ = ("_last",)
 
     def __init__(self) -> None:
-        self._last: tuple | None = None          # (schedule, its actions or None: too many)
+        self._last: tuple | None = None      # (plan, (seq_len, num_ckpts), actions or None)
 
     def actions(self, schedule: Any) -> Iterator:
+        if type(schedule) is not Plan:
+            return iter(schedule)
+        key = (schedule.seq_len, schedule.num_ckpts)
         last = self._last
-        if last is not None and last[0] is schedule:
-            return iter(schedule) if last[1] is None else iter(last[1])
+        if last is not None and last[0] is schedule and last[1] == key:
+            return iter(schedule) if last[2] is None else iter(last[2])
         stream = iter(schedule)
         head = tuple(itertools.islice(stream, self.LIMIT + 1))
         if len(head) > self.LIMIT:
-            self._last = (schedule, None)
+            self._last = (schedule, key, None)
             return itertools.chain(head, stream)
-        self._last = (schedule, head)
+        self._last = (schedule, key, head)
         return iter(head)
