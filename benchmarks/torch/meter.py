@@ -4,7 +4,8 @@ The peak is the running sum of every allocation and free torch's allocator repor
 profiler during one call, sorted by time, above its value at the start (research/torch.md §3;
 tracemalloc does not see torch's allocator). Per-step costs are the references for bincheck's
 bound: a plain step under ``no_grad``, and a taped step with its backward pass (the cotangents of
-the state, and of the parameters added into their running sums, as a reverse sweep needs them).
+the state, and of the parameters added into their running sums, as a reverse sweep needs them),
+through autograd's engine without ``torch.autograd.backward``'s argument checks.
 """
 
 from __future__ import annotations
@@ -62,17 +63,31 @@ def peak_bytes(call: Callable[[], object]) -> int:
     return peak
 
 
+def engine_backward(outs: list, grads: list, inputs: list) -> None:
+    """``torch.autograd.backward(outs, grads, inputs=inputs)`` through the entry point that
+    function calls after checking and converting its arguments (~30 µs of Python a call on these
+    cells): the least a loop can pay to pull a step back, so the bound charges no wrapper that
+    bincheck's sweep does not pay either. The public function where torch lacks the entry."""
+    run = getattr(torch.autograd.graph, "_engine_run_backward", None)
+    if run is None:
+        torch.autograd.backward(outs, grads, inputs=inputs)
+    else:
+        run(tuple(outs), tuple(grads), False, False, tuple(inputs), allow_unreachable=True,
+            accumulate_grad=True)
+
+
 def step_costs(prob: Problem, reps: int = 40) -> tuple[float, float, float]:
     """Seconds of one plain step (``no_grad``), of one taped step with its backward pass as a
-    reverse sweep runs it, and of the same without the parameters' running sums: the mean over
-    ``reps`` steps on distinct inputs, after two warm-up steps.
+    reverse sweep runs it, and of the older bound's taped step: the mean over ``reps`` steps on
+    distinct inputs, after two warm-up steps.
 
     The backward of a step in a loop adds its parameters' cotangents into the gradient summed
     over the steps (``.grad``; store-all's ``.backward()`` pays the same additions in autograd's
-    input buffers): ``torch.autograd.backward(..., inputs=params + state)`` into the
-    parameters' ``.grad``, which is the bound's taped cost. ``autograd.grad`` into fresh
-    tensors (the third number) skips those additions, which no loop can; it was the bound's
-    taped cost in the results committed before 2026-11-24, and stays in the results beside it."""
+    input buffers): the bound's taped cost is the engine's backward into the parameters' ``.grad``
+    and the state (:func:`engine_backward`). The third number, ``torch.autograd.grad`` into fresh
+    tensors, was the bound's taped cost in the results committed before 2026-11-24 and stays in
+    the results beside it: it leaves out the additions and pays ``autograd.grad``'s argument
+    checks."""
     cell, params, state0 = prob.cell, prob.params, prob.state0
     xs = prob.xs[:reps]
 
@@ -84,7 +99,7 @@ def step_costs(prob: Problem, reps: int = 40) -> tuple[float, float, float]:
         wrt = params + list(s if prob.lstm else (s,))
         ones = [torch.ones_like(o) for o in outs]
         if into_grad:
-            torch.autograd.backward(outs, ones, inputs=wrt)
+            engine_backward(list(outs), ones, wrt)
         else:
             torch.autograd.grad(outs, wrt, ones)
 

@@ -4,7 +4,8 @@
 I=256, float32, one thread, CPU), a gradient through ``bt.binomial_checkpoint(fn, T, s)`` and
 through a hand-written replay of the same plan's actions (``bincheck.plan(T, s)``): a dict of
 snapshots, plain steps under ``no_grad``, and for each ``Reverse`` the step taped from a detached
-state and ``torch.autograd.backward`` into the parameters and that state; no guards, no RNG
+state and the engine's backward into the parameters and that state (``meter.engine_backward``,
+as bincheck's sweep calls it); no guards, no RNG
 states, no statistics. Both run the same plain and taped steps, so their ratio is what the
 library adds. The per-step bound of target (b) (``meter.step_costs``) is measured in the same
 rounds. Gradients are checked against store-all's (the plain loop) first. Rounds interleave
@@ -30,7 +31,7 @@ from bincheck.schedule.actions import Advance, Free, Restore, Reverse, Snapshot
 from ..ratios import paired
 from ..result_files import write_results
 from .harness import max_rel_err
-from .meter import load_average, step_costs
+from .meter import engine_backward, load_average, step_costs
 from .strategies import Problem
 
 
@@ -68,7 +69,7 @@ def hand_replay(prob: Problem, s: int):
                 outs = leaves(out)
                 if adjoint is None:             # d loss / d final state
                     adjoint = [2 * outs[0].detach()] + [torch.zeros_like(o) for o in outs[1:]]
-                torch.autograd.backward(outs, adjoint, inputs=params + ins)
+                engine_backward(outs, adjoint, params + ins)
                 adjoint = [v.grad for v in ins]
                 live = None
     return gradient
@@ -145,10 +146,11 @@ def main(argv=None) -> int:
              f"{meta['problem']}, one thread, torch {meta['torch']}; medians of "
              f"{args.rounds} interleaved rounds, ratios per round; load {meta['load_start']} "
              f"at the start, {meta['load_end']} at the end; {meta['seconds']} s. The bound's "
-             f"taped step adds its parameters' cotangents into their running sums, as every "
-             f"reverse sweep does; the last column's bound leaves those sums out (taped steps "
-             f"timed with `autograd.grad` into fresh tensors, the bound of results before "
-             f"2026-11-24).", "",
+             f"taped step is the engine's backward into the parameters' running sums, as every "
+             f"reverse sweep needs, without `torch.autograd.backward`'s argument checks (the "
+             f"replay and bincheck's sweep call the engine the same way); the last column's "
+             f"bound times taped steps with `autograd.grad` into fresh tensors, the bound of "
+             f"results before 2026-11-24.", "",
              "| cell | num_ckpts | plain steps | grad err bincheck / replay | bincheck s "
              "| replay s | bound s | bincheck / replay | replay / bound | bincheck / bound "
              "| bincheck / bound without the sums |",

@@ -85,8 +85,9 @@ def table(rows: list[Row]) -> str:
 def _fresh(costs: Row) -> str:
     if costs.step_taped_fresh_ms is None:
         return ""
-    return (f" (into the parameters' running sums; {costs.step_taped_fresh_ms:.3f} ms into fresh "
-            f"tensors, the bound \"without the sums\")")
+    return (f" (the engine's backward into the parameters' running sums; "
+            f"{costs.step_taped_fresh_ms:.3f} ms with `autograd.grad` into fresh tensors, the "
+            f"older bound \"without the sums\")")
 
 
 def targets(rows: list[Row]) -> list[tuple[str, str, bool | None, str]]:
