@@ -21,11 +21,12 @@ from .steps import Segment, Steps
 
 
 # torch.autograd.backward checks and converts its arguments (cotangent shapes and dtypes, None
-# cotangents, input containers) before it calls the engine: 14 us a call on tiny tensors, ~30 us
-# on the benchmark's RNN cells, more than the rest of a reversed step's bookkeeping. The sweep's arguments need none of it: every step's state
-# was checked against state 0's shapes, dtypes and devices, each adjoint is the ``.grad`` of the
-# same leaves, and none is None. So the sweep calls the engine as that function does, where this
-# torch has the entry point (and not under functorch transforms, where the function raises).
+# cotangents, input containers) before it calls the engine: 14 us a call on tiny tensors, 24-33 us
+# on the tanh RNN cell (timed by hand), more than the rest of a reversed step's bookkeeping. The
+# sweep's arguments need none of it: every step's state was checked against state 0's shapes,
+# dtypes and devices, each adjoint is the ``.grad`` of the same leaves, and none is None. So the
+# sweep calls the engine as that function does, where this torch has the entry point (and not
+# under functorch transforms, where the function raises).
 _engine_backward = getattr(torch.autograd.graph, "_engine_run_backward", None)
 
 
