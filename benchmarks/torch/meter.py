@@ -67,7 +67,8 @@ def engine_backward(outs: list, grads: list, inputs: list) -> None:
     """``torch.autograd.backward(outs, grads, inputs=inputs)`` through the entry point that
     function calls after checking and converting its arguments (24–33 µs a call on the tanh
     cell, timed by hand): the least a loop can pay to pull a step back, so the bound charges
-    no wrapper that bincheck's sweep does not pay either. The public function where torch lacks the entry."""
+    no wrapper that bincheck's sweep does not pay either. The public function where torch
+    lacks the entry."""
     run = getattr(torch.autograd.graph, "_engine_run_backward", None)
     if run is None:
         torch.autograd.backward(outs, grads, inputs=inputs)
