@@ -13,7 +13,7 @@ from jax import lax
 from jax.test_util import check_grads
 
 import bincheck.jax as bj
-from bincheck.jax import forward
+from bincheck.jax import forward, sweep
 from bincheck.jax.boundary import Flat
 from bincheck.schedule import optimal_plain_steps, plan
 
@@ -182,12 +182,12 @@ def test_jvp_evaluates_the_step_once_per_step():
 def test_reverse_sweep_computes_no_cotangent_for_unperturbed_inputs(monkeypatch, argnums,
                                                                     want_x):
     seen = []
-    sweep = forward.reverse_sweep
+    reverse = sweep.reverse_sweep
 
     def spy(flat, tables, res, g_h, g_ys, p_wanted, x_wanted):
         seen.append((tuple(p_wanted), tuple(x_wanted)))
-        return sweep(flat, tables, res, g_h, g_ys, p_wanted, x_wanted)
-    monkeypatch.setattr(forward, "reverse_sweep", spy)
+        return reverse(flat, tables, res, g_h, g_ys, p_wanted, x_wanted)
+    monkeypatch.setattr(sweep, "reverse_sweep", spy)
     jax.make_jaxpr(jax.grad(loss_of(make()), argnums))(W, H0, XS)     # traced, not run
     want_p = argnums == 0 or argnums == (0, 1)
     assert seen == [((want_p, want_p), (want_x,))]

@@ -40,6 +40,31 @@ def test_candidates_are_divisors_leaving_three_segments_spread_on_a_log_scale():
         assert all(n % L == 0 and 2 <= L <= min(64, n // 3) for L in got) and len(got) <= 8
 
 
+@pytest.mark.parametrize("n", [120, 1000, 4096])
+def test_choose_skips_only_lengths_that_cannot_win(n):
+    # A stand-in planner: a segment of L steps costs `work * L` slots' worth of bytes. The
+    # bound t(n / L, most_slots) must never skip the length that trying every one finds.
+    class Fake:
+        def __init__(self, plain):
+            self.plain_steps = plain
+    for most in (2, 5, 20, 60, 400, 5000):
+        for work in (0, 1, 3):
+            tried = []
+
+            def plan_for_length(L):
+                tried.append(L)
+                slots = most - work * L
+                return None if slots < 1 else Fake(optimal_plain_steps(n // L, slots))
+            states_only = optimal_plain_steps(n, most)
+            every = segments.choose(n, states_only, plan_for_length)
+            tried_every, tried[:] = list(tried), []
+            fast = segments.choose(n, states_only, plan_for_length, most)
+            assert (every and (every[0], every[1].plain_steps)) == \
+                (fast and (fast[0], fast[1].plain_steps)), (most, work)
+            assert set(tried) <= set(tried_every) == set(candidates(n))
+    assert len(tried) < len(tried_every)          # most=5000, work=3: some were skipped
+
+
 @pytest.mark.parametrize("cell,make,n", [(tanh_cell, problem, 120), (lstm_cell, lstm_problem, 96)])
 @pytest.mark.parametrize("budget", [6_000, 12_000, 40_000])
 def test_the_budget_holds_under_xla_s_meter_and_segments_beat_states_only(cell, make, n,
@@ -55,6 +80,57 @@ def test_the_budget_holds_under_xla_s_meter_and_segments_beat_states_only(cell, 
         assert plan.inner.plain_steps == optimal_plain_steps(n // L, plan.inner.checkpoints)
     assert plan.peak_bytes <= budget
     assert temp_bytes(jax.grad(lambda *a: leaves_loss(loop(*a))), *args) <= budget
+
+
+WIDE = dict(B=16, H=128, I=128, dtype=jnp.float32)      # 8 KiB states, 8 KiB input rows
+WIDE_BUDGET = 1400 * 1024
+
+
+def wide_problem():
+    (W, U, b), h0, xs = problem(200, **WIDE)
+    return (W / 8, U / 8, b), h0, xs             # a contracting cell: gradients of order one
+
+
+def wide_loss(loop):
+    return lambda p, h, x: jnp.sum(loop(p, h, x) ** 2)
+
+
+def test_the_budget_holds_when_the_inputs_are_differentiated_too():
+    # A segment's sizes were a sum of parts that undercounted what XLA holds when the inputs'
+    # windows get cotangents: 1.018 of this budget in 25-step segments (before 2026-11-25).
+    args = wide_problem()
+    loop = bj.binomial_checkpoint(tanh_cell, 200, memory=WIDE_BUDGET, keep_segments=True)
+    temp = temp_bytes(jax.grad(wide_loss(loop), (0, 1, 2)), *args)
+    assert isinstance(loop.plan, StaticSegmentsPlan) and temp <= WIDE_BUDGET
+
+
+def test_the_plan_knows_whether_the_inputs_are_differentiated():
+    # Without input cotangents a segment holds less (no window cotangent), so the same budget
+    # keeps longer segments or more of them; the reverse mode picks the plan once it knows.
+    args = wide_problem()
+    loop = bj.binomial_checkpoint(tanh_cell, 200, memory=WIDE_BUDGET, keep_segments=True)
+    plans = {False: loop.preview(*args), True: loop.preview(*args, differentiate_inputs=True)}
+    assert plans[False].plain_steps < plans[True].plain_steps
+    ref = lambda p, h, x: plain_loop(tanh_cell, p, h, x)                    # noqa: E731
+    for wrt_x, argnums in ((False, (0, 1)), (True, (0, 2))):
+        grad = jax.jit(jax.grad(wide_loss(loop), argnums))
+        assert_close(grad(*args), jax.grad(wide_loss(ref), argnums)(*args), rtol=1e-4)
+        assert str(loop.plan) == str(plans[wrt_x])
+        assert temp_bytes(jax.grad(wide_loss(loop), argnums), *args) <= WIDE_BUDGET
+
+
+def test_the_custom_vjp_fallback_makes_the_same_choice(monkeypatch):
+    from bincheck.jax import forward
+    monkeypatch.setattr(forward, "HIJAX", False)    # what jax < 0.8.1 gets
+    args = problem(T)
+    loop = bj.binomial_checkpoint(tanh_cell, T, memory=BUDGET, keep_segments=True)
+    ref = lambda p, h, x: plain_loop(tanh_cell, p, h, x)                    # noqa: E731
+    for wrt_x, argnums in ((False, 0), (True, (0, 2))):
+        plan = loop.preview(*args, differentiate_inputs=wrt_x)
+        assert isinstance(plan, StaticSegmentsPlan)
+        grad = jax.jit(jax.grad(lambda *a: leaves_loss(loop(*a)), argnums))
+        assert_close(grad(*args), jax.grad(lambda *a: leaves_loss(ref(*a)), argnums)(*args))
+        assert str(loop.plan) == str(plan)
 
 
 def test_a_length_without_candidates_stores_states_only():

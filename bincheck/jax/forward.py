@@ -38,7 +38,7 @@ import jax
 from jax import lax
 
 from .boundary import Flat, _pick, _put
-from .sweep import build, forward_sweep, reverse_sweep, scan_plain
+from .sweep import build, routed_forward, routed_reverse, scan_plain
 from .tables import Tables
 
 try:        # experimental: public in jax.experimental.hijax since jax 0.8.1
@@ -51,18 +51,19 @@ except ImportError:     # pragma: no cover - older jax: the custom_vjp fallback
 HIJAX = VJPHiPrimitive is not None
 
 
-def checkpointed(flat: Flat, tables: Tables, hijax: bool | None = None) -> Any:
+def checkpointed(flat: Flat, tables: Tables, hijax: bool | None = None,
+                 route: Any = None) -> Any:
     """``loop(P, h0, xs, tabs) -> (h_T, ys)`` on flat leaf lists, as :func:`.sweep.build`; with
     forward mode too where the hijax API exists (``hijax=None``: detect; ``False``: the
     ``custom_vjp`` of :func:`.sweep.build`)."""
     if hijax is None:
         hijax = HIJAX
     if not hijax:
-        return build(flat, tables)
+        return build(flat, tables, route)
     if not HIJAX:
         raise RuntimeError(f"hijax=True needs jax.experimental.hijax.VJPHiPrimitive "
                            f"(jax >= 0.8.1); this is jax {jax.__version__}")
-    spec = _Spec(flat, tables)
+    spec = _Spec(flat, tables, route)
 
     def loop(P: list, h0: list, xs: list, tabs: tuple) -> tuple[list, list]:
         args = (list(P), list(h0), list(xs), tuple(tabs))
@@ -73,10 +74,11 @@ def checkpointed(flat: Flat, tables: Tables, hijax: bool | None = None) -> Any:
 class _Spec:
     """The primitive's static parameter: one call's step and tables, hashed by identity."""
 
-    __slots__ = ("flat", "tables")
+    __slots__ = ("flat", "tables", "route")
 
-    def __init__(self, flat: Flat, tables: Tables) -> None:
-        self.flat, self.tables = flat, tables
+    def __init__(self, flat: Flat, tables: Tables, route: Any = None) -> None:
+        # route: static segments' choice, see sweep.routed_forward
+        self.flat, self.tables, self.route = flat, tables, route
 
     def __repr__(self) -> str:
         return f"seq_len={self.tables.seq_len}, slots={self.tables.slots}"
@@ -158,7 +160,8 @@ if HIJAX:
             p_nz, _, x_nz, _ = nzs_in
             wanted = _Wanted(tuple(bool(n) and m for n, m in zip(p_nz, flat.p_diff)),
                              tuple(bool(n) and m for n, m in zip(x_nz, flat.x_diff)))
-            out, res = forward_sweep(flat, self.spec.tables, P, h0, xs, tabs)
+            out, res = routed_forward(flat, self.spec.tables, self.spec.route, any(wanted.x),
+                                      P, h0, xs, tabs)
             return out, (res, wanted)
 
         def vjp_bwd_retval(self, res: tuple, g: tuple) -> tuple:
@@ -166,8 +169,8 @@ if HIJAX:
             res, wanted = res
             g_h, g_ys = ([instantiate_zeros(c) for c, m in zip(cts, mask) if m]
                          for cts, mask in zip(g, (flat.h_diff, flat.y_diff)))
-            gP, gh, gx = reverse_sweep(flat, self.spec.tables, res, g_h, g_ys,
-                                       list(wanted.p), list(wanted.x))
+            gP, gh, gx = routed_reverse(flat, self.spec.tables, self.spec.route, any(wanted.x),
+                                        res, g_h, g_ys, list(wanted.p), list(wanted.x))
             return gP, gh, gx, (None,) * len(self.in_avals[3])
 
         # ---------------------------------------------------------------- forward mode

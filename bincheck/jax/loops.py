@@ -23,9 +23,9 @@ from ..schedule.budget import BudgetPlan, MemoryBudget, parse_bytes
 from ..schedule.validate import (check_bool, check_callable, check_int, check_positive_int,
                                  exactly_one_budget)
 from .boundary import Flat
-from .sizes import measure
+from .sizes import measure, measure_sweep
 from .forward import checkpointed as build
-from .segments import Block, StaticSegmentsPlan, choose
+from .segments import BlockFlat, StaticSegmentsPlan, choose
 from .tables import Tables, compile_plan, revolve_tables
 
 
@@ -56,8 +56,8 @@ class CheckpointedLoop(Configured):
         self.last_plan = None
         self._tables: dict = {}
         self._sizes: dict = {}
-        self._static: dict = {}         # argument signature -> (L, loop of super-steps) or None
-        self._blocks: dict = {}         # L -> the loop of super-steps
+        # (argument signature, inputs differentiated) -> (L, plan of super-steps) or None
+        self._static: dict = {}
         self._lock = threading.Lock()
         self._freeze()
 
@@ -71,80 +71,75 @@ class CheckpointedLoop(Configured):
         return self.last_plan if isinstance(self.schedule, MemoryBudget) else self.schedule
 
     def _flat(self, params: Any, init_state: Any, inputs: Any) -> Flat:
-        fn = self.fn.fn if isinstance(self.fn, Block) else self.fn
-        words = (("f", "xs", "length", "init") if isinstance(fn, _Pair) else
+        words = (("f", "xs", "length", "init") if isinstance(self.fn, _Pair) else
                  ("fn", "inputs", "seq_len", "init_state"))
         return Flat(self.whole, params, init_state, inputs, self.seq_len, words)
 
     def __call__(self, params: Any, init_state: Any, inputs: Any = None) -> Any:
         flat = self._flat(params, init_state, inputs)
-        static = self._static_for(flat, params, init_state, inputs)
-        if static is not None:
-            return self._call_static(static, params, init_state, inputs)
-        return self._run(flat, self.plan_for(flat))
+        plan = self.plan_for(flat)              # below a budget's minimum: raises, naming it
+        return self._run(flat, plan, self._route(flat, plan) if self._segments else None)
 
-    def _run(self, flat: Flat, plan: Any) -> Any:
-        """The checkpointed loop on ``flat``'s leaves with ``plan``'s tables."""
+    @property
+    def _segments(self) -> bool:
+        return self.keep_segments is True and isinstance(self.schedule, MemoryBudget)
+
+    def _run(self, flat: Flat, plan: Any, route: Any = None) -> Any:
+        """The checkpointed loop on ``flat``'s leaves with ``plan``'s tables (and ``route``'s
+        static segments)."""
         tables = self.tables_for(plan)
-        loop = build(flat, tables)
+        loop = build(flat, tables, route=route)
         new, ys = loop(flat.p, flat.h, flat.x, tuple(jnp.asarray(a) for a in tables.arrays()))
         state = jax.tree.unflatten(flat.h_def, new)
-        if self.output_fn is None and not isinstance(self.fn, (_Pair, Block)):
+        if self.output_fn is None and not isinstance(self.fn, _Pair):
             return state
         return state, jax.tree.unflatten(flat.y_def, ys)
 
-    def _static_for(self, flat: Flat, params: Any, init_state: Any,
-                    inputs: Any) -> tuple[int, "CheckpointedLoop"] | None:
-        """With ``keep_segments=True`` and a byte budget: the segment length and the loop of
-        super-steps (:mod:`.segments`), or None to store states only. Chosen once per argument
-        signature."""
-        if self.keep_segments is not True or not isinstance(self.schedule, MemoryBudget):
-            return None
-        key = flat.signature()
+    def _route(self, flat: Flat, states_only: BudgetPlan) -> Callable:
+        """Static segments (``keep_segments=True``): ``route(x_wanted) -> (BlockFlat, tables)``,
+        or ``(None, None)`` to store states only, called by the reverse mode once it knows
+        whether the inputs are differentiated (their windows' cotangents are part of what a
+        segment holds). The same answer for both sweeps of a call; publishes ``last_plan``."""
+        picked: dict = {}
+
+        def route(x_wanted: bool) -> tuple:
+            if x_wanted not in picked:
+                found = self._segments_for(flat, states_only, x_wanted)
+                if found is None:
+                    picked[x_wanted], plan = (None, None), states_only
+                else:
+                    L, inner = found
+                    picked[x_wanted] = (BlockFlat(flat, L), self.tables_for(inner, L))
+                    plan = StaticSegmentsPlan(self.seq_len, L, inner)
+                self.last_plan = plan
+            return picked[x_wanted]
+        return route
+
+    def _segments_for(self, flat: Flat, states_only: BudgetPlan,
+                      x_wanted: bool) -> tuple[int, BudgetPlan] | None:
+        """``(L, plan of the super-steps)`` with the fewest evaluations (:mod:`.segments`), or
+        None where storing states only evaluates no more often. Chosen once per argument
+        signature and ``x_wanted``; each candidate's sizes are measured from a compiled sweep
+        (:func:`.sizes.measure_sweep`)."""
+        key = (flat.signature(), x_wanted)
         if key in self._static:
             return self._static[key]
-        states_only = self.plan_for(flat)          # raises below the minimum, naming it
 
         def plan_for_length(L: int) -> Any:
-            inner = self._block_loop(L)
-            flat = inner._flat(params, init_state, windows(inputs, L))
-            inner.sizes_for(flat)                   # measuring errors propagate
+            sizes = measure_sweep(BlockFlat(flat, L), x_wanted)
             try:
-                return inner.plan_for(flat)
+                return BudgetPlan(self.seq_len // L, self.schedule.memory, sizes, static=True)
             except ValueError:                      # the budget is below this length's minimum
                 return None
-        found = choose(self.seq_len, states_only.plain_steps, plan_for_length)
-        chosen = None if found is None else (found[0], self._block_loop(found[0]))
+        found = choose(self.seq_len, states_only.plain_steps, plan_for_length,
+                       self.schedule.memory // states_only.sizes.state_bytes)
         with self._lock:
-            return self._static.setdefault(key, chosen)
-
-    def _block_loop(self, L: int) -> "CheckpointedLoop":
-        with self._lock:
-            loop = self._blocks.get(L)
-            if loop is None:
-                loop = self._blocks[L] = CheckpointedLoop(
-                    Block(self.whole, L, self.fn),
-                    MemoryBudget(self.seq_len // L, self.schedule.memory))
-        return loop
-
-    def _call_static(self, static: tuple, params: Any, init_state: Any, inputs: Any) -> Any:
-        L, inner = static
-        # the plan this call's signature gets (inner loops are shared between signatures, so
-        # inner.last_plan may be another thread's); the super-steps' Flat is built once
-        flat = inner._flat(params, init_state, windows(inputs, L))
-        plan = inner.plan_for(flat)
-        state, ys = inner._run(flat, plan)
-        self.last_plan = StaticSegmentsPlan(self.seq_len, L, plan)
-        if self.output_fn is None and not isinstance(self.fn, _Pair):
-            return state
-        return state, jax.tree.map(lambda v: v.reshape((self.seq_len,) + v.shape[2:]), ys)
+            return self._static.setdefault(key, found)
 
     def whole(self, params: Any, state: Any, x: Any) -> tuple[Any, Any]:
         """One step and its output: ``(new_state, y or None)``."""
         if isinstance(self.fn, _Pair):
             return self.fn.f(state, x)
-        if isinstance(self.fn, Block):
-            return self.fn.both(params, state, x)
         new = self.fn(params, state, x)
         return new, (self.output_fn(params, new, x) if self.output_fn is not None else None)
 
@@ -168,37 +163,43 @@ class CheckpointedLoop(Configured):
         self.last_plan = plan
         return plan
 
-    def tables_for(self, plan: Any) -> Tables:
+    def tables_for(self, plan: Any, L: int = 1) -> Tables:
+        """``plan``'s tables (with ``L``: a plan of the ``seq_len / L`` super-steps)."""
+        n = self.seq_len // L
         schedule = plan.schedule if isinstance(plan, BudgetPlan) else plan
         if isinstance(schedule, FixedLeafPlan):
-            key = (self.seq_len, schedule.slots, schedule.leaf)
+            key = (n, schedule.slots, schedule.leaf)
         else:
-            key = (self.seq_len, schedule.num_ckpts, 1)
+            key = (n, schedule.num_ckpts, 1)
         tables = self._tables.get(key)
         if tables is None:
-            tables = compile_plan(FixedLeafPlan(*key), self.seq_len, key[2]) if key[2] > 1 \
+            tables = compile_plan(FixedLeafPlan(*key), n, key[2]) if key[2] > 1 \
                 else revolve_tables(*key[:2])
             with self._lock:
                 tables = self._tables.setdefault(key, tables)
         return tables
 
-    def preview(self, params: Any, init_state: Any, inputs: Any = None) -> Any:
-        """Sizes from shapes (``jax.eval_shape`` and one compiled step's ``memory_analysis``;
+    def preview(self, params: Any, init_state: Any, inputs: Any = None, *,
+                differentiate_inputs: bool = False) -> Any:
+        """Sizes from shapes (``jax.eval_shape`` and compiled steps' ``memory_analysis``;
         nothing runs) and the plan a gradient would use, with its predicted peak bytes. The
-        arguments may be arrays or ``jax.ShapeDtypeStruct`` trees."""
+        arguments may be arrays or ``jax.ShapeDtypeStruct`` trees. With ``keep_segments=True``
+        the plan depends on whether the gradient differentiates ``inputs`` too
+        (``differentiate_inputs``): a segment then also holds its window's cotangent."""
+        differentiate_inputs = check_bool("differentiate_inputs", differentiate_inputs)
         found: list = []
 
         def shapes_only(params: Any, init_state: Any, inputs: Any) -> int:
             flat = self._flat(params, init_state, inputs)
             if isinstance(self.schedule, MemoryBudget):
-                static = self._static_for(flat, params, init_state, inputs)
-                if static is None:
-                    found.append(self.plan_for(flat))
-                else:
-                    L, inner = static
-                    found.append(StaticSegmentsPlan(self.seq_len, L, inner.plan_for(
-                        inner._flat(params, init_state, windows(inputs, L)))))
-                    self.last_plan = found[-1]
+                plan = self.plan_for(flat)
+                if self._segments:
+                    x_wanted = differentiate_inputs and any(flat.x_diff)
+                    seg = self._segments_for(flat, plan, x_wanted)
+                    if seg is not None:
+                        plan = StaticSegmentsPlan(self.seq_len, seg[0], seg[1])
+                    self.last_plan = plan
+                found.append(plan)
             else:
                 sizes = measure(flat)
                 held = min(self.schedule.num_ckpts, self.seq_len)
@@ -229,7 +230,9 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     as ``seq_len / L`` super-steps, each a ``lax.scan`` of ``L`` steps, checkpointed like any
     loop, and each reversed super-step is taped and pulled back whole (nested √T remat's shape).
     The length with the fewest evaluations of ``fn`` is kept, states only where none saves any;
-    each candidate is compiled once per argument signature, at trace time. ``fn`` then runs
+    the reverse mode chooses, knowing whether ``inputs`` are differentiated (their windows'
+    cotangents take room), and each candidate is compiled once per argument signature and
+    that, at trace time. ``fn`` then runs
     inside a ``lax.scan``. ``keep_segments="masked"``: segments of
     varying lengths (the static mixed policy,
     :class:`~bincheck.schedule.mixed.FixedLeafPlan`), a ``lax.cond`` per step; fewer
@@ -279,10 +282,3 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, *,
     if reverse:
         ys = jax.tree.map(lambda v: jnp.flip(v, 0), ys)
     return carry, ys
-
-
-def windows(inputs: Any, L: int) -> Any:
-    """Every input leaf ``(T, ...)`` as ``(T / L, L, ...)``: one window of ``L`` per super-step
-    (a reshape, no copy)."""
-    return jax.tree.map(lambda v: jnp.reshape(v, (np.shape(v)[0] // L, L) + np.shape(v)[1:]),
-                        inputs)

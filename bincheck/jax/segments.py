@@ -6,13 +6,15 @@ the steps past its end, which XLA's CPU backend runs slowly (``keep_segments="ma
 :class:`~bincheck.schedule.mixed.FixedLeafPlan`). Nested √T remat shows what XLA runs fast:
 segments of one static length, each a ``lax.scan`` reversed by JAX's own transpose.
 
-So here ``L`` consecutive steps become one super-step (:class:`Block`, a ``lax.scan`` of ``L``
-steps, its per-step outputs stacked), and the loop of ``seq_len / L`` super-steps is checkpointed
-as any loop is: the planner's Revolve plan over the super-steps, each reversed super-step taped
-and pulled back whole. ``L`` divides ``seq_len``. :func:`choose` measures each candidate length
-(the super-step's sizes come from one compiled taped super-step, as a step's do) and keeps the one
-whose plan evaluates the step the fewest times, ``L * plain super-steps + seq_len``, or none when
-one-step segments (states only) evaluate it no more often.
+So here ``L`` consecutive steps become one super-step (:class:`BlockFlat`, a ``lax.scan`` of
+``L`` steps, its per-step outputs stacked), and the loop of ``seq_len / L`` super-steps is
+checkpointed as any loop is: the planner's Revolve plan over the super-steps, each reversed
+super-step taped and pulled back whole. ``L`` divides ``seq_len``. :func:`choose` plans each
+candidate length (the sizes come from a compiled gradient of the sweep over a few super-steps,
+:func:`.sizes.measure_sweep`) and keeps the one whose plan evaluates the step the fewest times,
+``L * plain super-steps + seq_len``, or none when one-step segments (states only) evaluate it
+no more often. The reverse mode makes the choice, once it knows whether the inputs are
+differentiated (:func:`.sweep.routed_forward`).
 """
 
 from __future__ import annotations
@@ -20,9 +22,13 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+import jax
+import numpy as np
 from jax import lax
 
+from ..schedule.binomial import optimal_plain_steps
 from ..schedule.budget import BudgetPlan
+from .boundary import Flat
 
 #: Longest segment considered, and at most this many candidate lengths (each is compiled once).
 MAX_SEGMENT = 64
@@ -32,19 +38,39 @@ MAX_CANDIDATES = 8
 MIN_SEGMENTS = 3
 
 
-class Block:
-    """``L`` steps of ``whole(params, state, x) -> (new_state, y or None)`` as one step over a
-    window of ``L`` inputs: ``(state after L steps, the L outputs stacked)``."""
+class BlockFlat(Flat):
+    """``L`` consecutive steps of ``flat`` as one super-step on flat leaf lists: a ``lax.scan``
+    over a window of ``L`` inputs, returning the state after ``L`` steps and the ``L`` outputs
+    stacked. The leaves and their masks are ``flat``'s (so the same parameter and state lists
+    feed either); the inputs are ``(seq_len / L, L, ...)`` windows, a reshape, described here
+    by shapes only."""
 
-    def __init__(self, whole: Callable, L: int, fn: Callable | None = None) -> None:
-        self.whole, self.L, self.fn = whole, L, fn      # fn: the loop's own step, for messages
-        self.__name__ = f"{getattr(fn or whole, '__name__', 'fn')} x{L}"
+    def __init__(self, flat: Flat, L: int) -> None:       # noqa: super().__init__ not called
+        self.__dict__.update({k: v for k, v in flat.__dict__.items()})
+        self.step, self.L = flat, L
+        self.seq_len = n = flat.seq_len // L
+        self.x = [jax.ShapeDtypeStruct((n, L) + tuple(np.shape(v))[1:], v.dtype)
+                  for v in flat.x]
+        self.y_shapes = [jax.ShapeDtypeStruct((L,) + tuple(s.shape), s.dtype)
+                         for s in flat.y_shapes]
 
-    def both(self, params: Any, state: Any, xs: Any) -> tuple[Any, Any]:
-        return lax.scan(lambda h, x: self.whole(params, h, x), state, xs, length=self.L)
+    def signature(self) -> tuple:
+        return self.step.signature() + (self.L,)
 
-    def __call__(self, params: Any, state: Any, xs: Any) -> Any:
-        return self.both(params, state, xs)[0]
+    def _call(self, P: list, h: list, x: list) -> tuple[list, list]:
+        def body(h: list, x: list) -> tuple[list, list]:
+            return self.step.full(P, h, x)
+        return lax.scan(body, h, x, length=self.L)
+
+
+def to_windows(vs: list, L: int) -> list:
+    """Each ``(T, ...)`` leaf as ``(T / L, L, ...)`` (a reshape, no copy)."""
+    return [v.reshape((v.shape[0] // L, L) + v.shape[1:]) for v in vs]
+
+
+def from_windows(vs: list) -> list:
+    """:func:`to_windows` undone."""
+    return [v.reshape((v.shape[0] * v.shape[1],) + v.shape[2:]) for v in vs]
 
 
 class StaticSegmentsPlan:
@@ -114,16 +140,24 @@ def candidates(seq_len: int) -> list[int]:
     return sorted(picks)
 
 
-def choose(seq_len: int, states_only_plain: int, plan_for_length: Callable[[int], Any]
-           ) -> tuple[int, Any] | None:
-    """``(L, plan over the super-steps)`` with the fewest step evaluations, if it beats the
-    states-only plan's ``states_only_plain`` plain steps; ``plan_for_length(L)`` plans the loop of
-    super-steps (None where the budget is below its minimum)."""
+def choose(seq_len: int, states_only_plain: int, plan_for_length: Callable[[int], Any],
+           most_slots: int | None = None) -> tuple[int, Any] | None:
+    """``(L, plan over the super-steps)`` with the fewest step evaluations (the shortest ``L``
+    among equals), if it beats the states-only plan's ``states_only_plain`` plain steps;
+    ``plan_for_length(L)`` plans the loop of super-steps (None where the budget is below its
+    minimum). With ``most_slots`` (the states the budget could hold with no working set at
+    all), lengths are tried longest first and a length is skipped, unplanned, when even that
+    many slots could not beat the best so far: ``L * t(seq_len / L, most_slots)`` bounds its
+    plain steps from below (planning a length compiles a sweep)."""
     best, best_plain = None, states_only_plain
-    for L in candidates(seq_len):
+    for L in sorted(candidates(seq_len), reverse=True):
+        if most_slots is not None and \
+                L * optimal_plain_steps(seq_len // L, max(1, most_slots)) > best_plain:
+            continue
         plan = plan_for_length(L)
         if plan is None:
             continue
-        if L * plan.plain_steps < best_plain:
+        if L * plan.plain_steps < best_plain or (best is not None and
+                                                 L * plan.plain_steps == best_plain):
             best, best_plain = (L, plan), L * plan.plain_steps
     return best

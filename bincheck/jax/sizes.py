@@ -27,10 +27,11 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..schedule.budget import Sizes
-from .boundary import Flat, _pick
+from .boundary import Flat, _pick, _put
 
 
 #: XLA (CPU) aligns every buffer to this many bytes.
@@ -76,6 +77,13 @@ def _segment_temp(flat: Flat, L: int) -> int:
     return int(compiled.memory_analysis().temp_size_in_bytes)
 
 
+def _bookkeeping(flat: Flat) -> int:
+    """The loops' own scalars and tuples of pointers (see the module docstring)."""
+    leaves = len(flat.p) + len(flat.h) + len(flat.x) + len(flat.y_shapes)
+    pointers = -(-8 * (4 + 2 * leaves) // ALIGN) * ALIGN
+    return LOOP_SLOTS * ALIGN + LOOPS * pointers
+
+
 def measure(flat: Flat, segments: bool = False) -> Sizes:
     """Sizes by accounting: one compiled taped step's temporaries plus the buffers the sweep
     carries and its bookkeeping (see the module docstring). With ``segments`` (kept taped
@@ -97,10 +105,7 @@ def measure(flat: Flat, segments: bool = False) -> Sizes:
     state = nbytes(flat.h)
     carried = 3 * aligned(flat.h) + GRAD_COPIES * aligned(_pick(flat.p, flat.p_diff))
     slices = 2 * aligned(x0) + 2 * aligned(flat.y_shapes)
-    leaves = len(flat.p) + len(flat.h) + len(flat.x) + len(flat.y_shapes)
-    pointers = -(-8 * (4 + 2 * leaves) // ALIGN) * ALIGN
-    bookkeeping = LOOP_SLOTS * ALIGN + LOOPS * pointers
-    work = temp + carried + slices + bookkeeping
+    work = temp + carried + slices + _bookkeeping(flat)
     if not segments:
         return Sizes(state_bytes=max(state, 1), tape_bytes=None, work_bytes=work)
     rows = aligned(x0) + aligned(flat.y_shapes)
@@ -109,3 +114,46 @@ def measure(flat: Flat, segments: bool = False) -> Sizes:
     return Sizes(state_bytes=max(state, 1), tape_bytes=tape, work_bytes=work,
                  segment_bytes=max(0, extra[2] - tape))
 
+
+
+def measure_sweep(flat: Flat, x_wanted: bool, n: int = 10, slots: int = 3) -> Sizes:
+    """Sizes of a loop of super-steps (:class:`.segments.BlockFlat`) measured whole: the
+    temporaries of a compiled gradient of the checkpointed sweep itself over ``n`` super-steps
+    with ``slots`` stored states, less those states, plus the loops' bookkeeping margin of
+    :func:`measure`. With segments, what XLA holds beside the slots depends on its own choices
+    (copies of the input window, and of the window's cotangent when the inputs are
+    differentiated: ``x_wanted``) more than a sum of parts can say (the sum overcounted by
+    0.56 MiB without, and undercounted by 0.22 MiB with the inputs differentiated, on a tanh
+    cell at H=256 in 25-step segments). Measured so, it did not depend on ``n`` or ``slots``
+    there (3 and 40 super-steps, 2 and 86 slots: equal to the byte); on states of a few
+    hundred bytes XLA's packing of scalars moved it by up to ~600 bytes between small and
+    large ``n`` (with 3 super-steps some loops are folded away, hence 10 and 3 slots), which
+    the margin covers."""
+    from .forward import checkpointed
+    from .tables import revolve_tables
+    tables = revolve_tables(n, slots)
+    loop = checkpointed(flat, tables)
+    x_mask = [m and x_wanted for m in flat.x_diff]
+    spec = lambda leaves: [jax.ShapeDtypeStruct(np.shape(v), v.dtype) for v in leaves]  # noqa
+    xs = [jax.ShapeDtypeStruct((n,) + tuple(np.shape(v))[1:], v.dtype) for v in flat.x]
+    gh = spec(_pick(flat.h, flat.h_diff))
+    gy = [jax.ShapeDtypeStruct((n,) + tuple(s.shape), s.dtype)
+          for s, d in zip(flat.y_shapes, flat.y_diff) if d]
+
+    def grad(P: list, h: list, xs: list, gh: list, gy: list) -> tuple:
+        tabs = tuple(jnp.asarray(a) for a in tables.arrays())
+
+        def f(pd: list, hd: list, xd: list) -> tuple:
+            new, ys = loop(_put(P, flat.p_diff, pd), _put(h, flat.h_diff, hd),
+                           _put(xs, x_mask, xd), tabs)
+            return _pick(new, flat.h_diff), _pick(ys, flat.y_diff)
+        out, pullback = jax.vjp(f, _pick(P, flat.p_diff), _pick(h, flat.h_diff),
+                                _pick(xs, x_mask))
+        return out, pullback((gh, gy))
+    compiled = jax.jit(grad).lower(spec(flat.p), spec(flat.h), xs, gh, gy).compile()
+    temp = int(compiled.memory_analysis().temp_size_in_bytes)
+    state = nbytes(flat.h)
+    # + the final state's cotangent: an argument here, in a gradient the caller's loss makes
+    # it (measure counts it among the carried buffers)
+    work = temp - slots * state + aligned(flat.h) + _bookkeeping(flat)
+    return Sizes(state_bytes=max(state, 1), tape_bytes=None, work_bytes=max(work, 1))

@@ -27,6 +27,7 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
 from .boundary import Flat, _pick, _put
+from .segments import from_windows, to_windows
 from .tables import Tables
 
 
@@ -245,7 +246,32 @@ def _reverse_segments(flat: Flat, tables: Tables, res: tuple, g_h: list, g_ys: l
             _put([None] * len(flat.x), flat.x_diff, gx))
 
 
-def build(flat: Flat, tables: Tables) -> Any:
+def routed_forward(flat: Flat, tables: Tables, route: Any, x_wanted: bool, P: list, h0: list,
+                   xs: list, tabs: tuple) -> tuple:
+    """:func:`forward_sweep`; with a ``route`` (static segments, chosen once the reverse mode
+    says whether the inputs are differentiated), the loop of super-steps ``route(x_wanted)``
+    names, on windows of the inputs, or ``flat``'s own states-only sweep where it names none."""
+    bflat, btables = (None, None) if route is None else route(x_wanted)
+    if bflat is None:
+        return forward_sweep(flat, tables, P, h0, xs, tabs)
+    tabs = tuple(jnp.asarray(a) for a in btables.arrays())
+    (new, ys), res = forward_sweep(bflat, btables, P, h0, to_windows(xs, bflat.L), tabs)
+    return (new, from_windows(ys)), res
+
+
+def routed_reverse(flat: Flat, tables: Tables, route: Any, x_wanted: bool, res: tuple,
+                   g_h: list, g_ys: list, p_wanted: list, x_wanted_leaves: list) -> tuple:
+    """:func:`reverse_sweep` of the sweep :func:`routed_forward` ran (``route`` gives the same
+    choice for the same ``x_wanted``)."""
+    bflat, btables = (None, None) if route is None else route(x_wanted)
+    if bflat is None:
+        return reverse_sweep(flat, tables, res, g_h, g_ys, p_wanted, x_wanted_leaves)
+    gP, gh, gx = reverse_sweep(bflat, btables, res, g_h, to_windows(g_ys, bflat.L), p_wanted,
+                               x_wanted_leaves)
+    return gP, gh, [v if v is None else from_windows([v])[0] for v in gx]
+
+
+def build(flat: Flat, tables: Tables, route: Any = None) -> Any:
     """The custom_vjp function ``loop(P, h0, xs, tabs) -> (h_T, ys)`` on flat leaf lists."""
     T = tables.seq_len
 
@@ -261,11 +287,13 @@ def build(flat: Flat, tables: Tables) -> Any:
         wanted["p"] = [a.perturbed and m for a, m in zip(P, flat.p_diff)]
         wanted["x"] = [a.perturbed and m for a, m in zip(xs, flat.x_diff)]
         P, h0, xs = ([a.value for a in arg] for arg in (P, h0, xs))
-        return forward_sweep(flat, tables, P, h0, xs, tuple(a.value for a in tabs))
+        return routed_forward(flat, tables, route, any(wanted["x"]), P, h0, xs,
+                              tuple(a.value for a in tabs))
 
     def bwd(res: tuple, g: tuple) -> tuple:
         g_h, g_ys = (_instantiate(c, m) for c, m in zip(g, (flat.h_diff, flat.y_diff)))
-        return (*reverse_sweep(flat, tables, res, g_h, g_ys, wanted["p"], wanted["x"]), None)
+        return (*routed_reverse(flat, tables, route, any(wanted["x"]), res, g_h, g_ys,
+                                wanted["p"], wanted["x"]), None)
 
     loop.defvjp(fwd, bwd, symbolic_zeros=True)
     return loop
