@@ -15,6 +15,7 @@ from bincheck.schedule.binomial import optimal_plain_steps  # noqa: E402
 
 T = 120
 BUDGET = 12_000             # 96-byte states: static segments of 15 steps win here (checked)
+LSTM_BUDGET = 10_000        # lstm_problem(96): 4-step segments, 92 plain steps against 119
 
 
 def static(loop, *args):
@@ -38,6 +39,18 @@ def test_candidates_are_divisors_leaving_three_segments_spread_on_a_log_scale():
     for n in (6, 60, 64, 360, 1000, 4096):
         got = candidates(n)
         assert all(n % L == 0 and 2 <= L <= min(64, n // 3) for L in got) and len(got) <= 8
+
+
+def test_segments_must_save_a_tenth_of_the_evaluations():
+    class Fake:
+        plain_steps = 0
+    assert segments.SEGMENT_MIN_GAIN == 0.10
+    # 120 steps, states only 100 plain: 220 evaluations; segments may take 0.9 * 220 - 120 = 78
+    for plain, kept in ((39, True), (40, False)):          # 2-step segments: 78, 80 plain
+        fake = Fake()
+        fake.plain_steps = plain
+        got = segments.choose(120, 100, lambda L: fake if L == 2 else None)
+        assert (got is not None) == kept and (not kept or got == (2, fake))
 
 
 @pytest.mark.parametrize("n", [120, 1000, 4096])
@@ -187,7 +200,7 @@ def test_counts_are_the_plan_s_plain_steps_and_each_step_taped_once():
 
 def test_lstm_pytree_state_forward_mode_hvp_and_vmap():
     params, state, xs = lstm_problem(96)
-    loop = bj.binomial_checkpoint(lstm_cell, 96, memory=BUDGET, keep_segments=True)
+    loop = bj.binomial_checkpoint(lstm_cell, 96, memory=LSTM_BUDGET, keep_segments=True)
     static(loop, params, state, xs)
     ref = lambda s: plain_loop(lstm_cell, params, s, xs)                   # noqa: E731
     run = lambda s: loop(params, s, xs)                                    # noqa: E731

@@ -114,19 +114,22 @@ def targets(rows: list) -> list[tuple[str, str, bool | None, str]]:
                         f"{_f(eq.evals, 'd')}; time {ours.time_s:.3f} vs {eq.time_s:.3f} s, "
                         f"{ratio:.2f}× (per-round ratio)"))
         for peer in (r for r in ok if r.kind in PEERS):
-            ours = next((r for r in mine if r.kind == "bincheck" and r.budget_of == peer.label),
-                        None)
-            if ours is None or ours.status != "ok" or ours.time_s is None:
-                why = "not run" if ours is None else ours.status
-                res.append(("B", cell, False, f"at {peer.label}'s temp "
-                            f"{_mib(peer.temp_bytes)} MiB: {why}"))
-                continue
-            ratio = paired(ours, peer)
-            res.append(("B", cell, ratio <= 1,
-                        f"{peer.label}: {peer.time_s:.3f} s at {_mib(peer.temp_bytes)} MiB; "
-                        f"bincheck memory= that: {ours.time_s:.3f} s, {ratio:.2f}× (per-round "
-                        f"ratio), at {_mib(ours.temp_bytes)} MiB, {ours.plan_num_ckpts} "
-                        f"checkpoints{_segment(ours)}"))
+            # each bincheck run at that peer's bytes: states only, and with --keep-segments
+            # also keep_segments=True (a verdict each)
+            runs = [r for r in mine if r.kind == "bincheck" and r.budget_of == peer.label]
+            for ours in runs or [None]:
+                how = " keep_segments" if ours is not None and "keep_segments" in ours.label else ""
+                if ours is None or ours.status != "ok" or ours.time_s is None:
+                    why = "not run" if ours is None else ours.status
+                    res.append(("B", cell, False, f"at {peer.label}'s temp "
+                                f"{_mib(peer.temp_bytes)} MiB{how}: {why}"))
+                    continue
+                ratio = paired(ours, peer)
+                res.append(("B", cell, ratio <= 1,
+                            f"{peer.label}: {peer.time_s:.3f} s at {_mib(peer.temp_bytes)} MiB; "
+                            f"bincheck memory= that{how}: {ours.time_s:.3f} s, {ratio:.2f}× "
+                            f"(per-round ratio), at {_mib(ours.temp_bytes)} MiB, "
+                            f"{ours.plan_num_ckpts} checkpoints{_segment(ours)}"))
         for r in ok:
             if r.kind == "bincheck" and r.time_over_bound is not None:
                 res.append(("C", cell, r.time_over_bound <= 1.05,

@@ -229,7 +229,8 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     ``L`` (a divisor of ``seq_len``, at most 64, leaving at least three segments): the loop runs
     as ``seq_len / L`` super-steps, each a ``lax.scan`` of ``L`` steps, checkpointed like any
     loop, and each reversed super-step is taped and pulled back whole (nested √T remat's shape).
-    The length with the fewest evaluations of ``fn`` is kept, states only where none saves any;
+    The length with the fewest evaluations of ``fn`` is kept where it saves at least 10 % of
+    them (``segments.SEGMENT_MIN_GAIN``), else states only;
     the reverse mode chooses, knowing whether ``inputs`` are differentiated (their windows'
     cotangents take room), and each candidate is compiled once per argument signature and
     that, at trace time. ``fn`` then runs

@@ -33,6 +33,13 @@ from .boundary import Flat
 #: Longest segment considered, and at most this many candidate lengths (each is compiled once).
 MAX_SEGMENT = 64
 MAX_CANDIDATES = 8
+#: Least share of the states-only plan's evaluations (plain + taped) that segments must save
+#: to be kept. On the CPU a step costs more inside a segment's ``lax.scan`` than taped alone
+#: (the full JAX benchmark of 2026-11-24, H=256: 2-11 % over the per-step bound, against 1-4 %
+#: storing states only); segments saving 2.6 % (scan-remat's bytes, 50-step segments) and
+#: 3.9 % (Equinox C=50's on tanh, 5-step ones) were 1-5 % slower than states only there, and
+#: those saving 18-28 % (nested remat's bytes, 5 % of lax.scan's) 7-14 % faster.
+SEGMENT_MIN_GAIN = 0.10
 #: Fewest segments: with two, XLA held both segments' residuals at once (a loop of 120 tanh steps
 #: as 2 x 60 took 47 kB of temporaries where its plan predicted 26 kB; 3 x 40 and shorter held).
 MIN_SEGMENTS = 3
@@ -143,21 +150,22 @@ def candidates(seq_len: int) -> list[int]:
 def choose(seq_len: int, states_only_plain: int, plan_for_length: Callable[[int], Any],
            most_slots: int | None = None) -> tuple[int, Any] | None:
     """``(L, plan over the super-steps)`` with the fewest step evaluations (the shortest ``L``
-    among equals), if it beats the states-only plan's ``states_only_plain`` plain steps;
+    among equals), if it saves :data:`SEGMENT_MIN_GAIN` of the evaluations of the states-only
+    plan (``states_only_plain`` plain steps);
     ``plan_for_length(L)`` plans the loop of super-steps (None where the budget is below its
     minimum). With ``most_slots`` (the states the budget could hold with no working set at
     all), lengths are tried longest first and a length is skipped, unplanned, when even that
     many slots could not beat the best so far: ``L * t(seq_len / L, most_slots)`` bounds its
     plain steps from below (planning a length compiles a sweep)."""
-    best, best_plain = None, states_only_plain
+    # the most plain steps segments may take: they must save SEGMENT_MIN_GAIN of the
+    # evaluations (a step costs more inside a segment's scan than taped alone)
+    limit = int((1 - SEGMENT_MIN_GAIN) * (states_only_plain + seq_len)) - seq_len
+    best, best_plain = None, limit
     for L in sorted(candidates(seq_len), reverse=True):
         if most_slots is not None and \
                 L * optimal_plain_steps(seq_len // L, max(1, most_slots)) > best_plain:
             continue
         plan = plan_for_length(L)
-        if plan is None:
-            continue
-        if L * plan.plain_steps < best_plain or (best is not None and
-                                                 L * plan.plain_steps == best_plain):
+        if plan is not None and L * plan.plain_steps <= best_plain:    # ties: the shorter L
             best, best_plain = (L, plan), L * plan.plain_steps
     return best
