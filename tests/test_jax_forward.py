@@ -193,6 +193,19 @@ def test_reverse_sweep_computes_no_cotangent_for_unperturbed_inputs(monkeypatch,
     assert seen == [((want_p, want_p), (want_x,))]
 
 
+@pytest.mark.parametrize("hijax", [True, False])
+def test_interleaved_vjps_of_one_jitted_loss_each_get_their_own_backward(hijax):
+    # Two jax.vjp of one jitted loss differentiating different arguments, both pulled back
+    # after both forwards: the custom_vjp fallback once gave the first a zero parameter
+    # gradient (its backward got the second forward's choice of wanted cotangents).
+    loss = jax.jit(loss_of(make(hijax=hijax)))
+    ref = loss_of(lambda W, h0, xs: plain(W, h0, xs))
+    _, pb_w = jax.vjp(lambda W: loss(W, H0, XS), W)
+    _, pb_x = jax.vjp(lambda xs: loss(W, H0, xs), XS)
+    close(pb_w(1.0)[0], jax.grad(ref, 0)(W, H0, XS))
+    close(pb_x(1.0)[0], jax.grad(ref, 2)(W, H0, XS))
+
+
 def test_integer_state_leaf_gets_a_float0_tangent():
     def fn(W, h, x):
         return {"a": jnp.tanh(h["a"] * W + x), "k": h["k"] + 1}

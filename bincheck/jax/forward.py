@@ -38,7 +38,7 @@ import jax
 from jax import lax
 
 from .boundary import Flat, _pick, _put
-from .sweep import build, routed_forward, routed_reverse, scan_plain
+from .sweep import Wanted, build, routed_forward, routed_reverse, scan_plain
 from .tables import Tables
 
 try:        # experimental: public in jax.experimental.hijax since jax 0.8.1
@@ -82,22 +82,6 @@ class _Spec:
 
     def __repr__(self) -> str:
         return f"seq_len={self.tables.seq_len}, slots={self.tables.slots}"
-
-
-@jax.tree_util.register_static
-class _Wanted:
-    """Which cotangents the reverse sweep computes, carried beside the residuals (static)."""
-
-    __slots__ = ("p", "x")
-
-    def __init__(self, p: tuple, x: tuple) -> None:
-        self.p, self.x = p, x
-
-    def __hash__(self) -> int:
-        return hash((self.p, self.x))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Wanted) and (self.p, self.x) == (other.p, other.x)
 
 
 def _is_zero(t: Any) -> bool:
@@ -158,7 +142,7 @@ if HIJAX:
         def vjp_fwd(self, nzs_in: tuple, P: list, h0: list, xs: list, tabs: tuple) -> tuple:
             flat = self.spec.flat
             p_nz, _, x_nz, _ = nzs_in
-            wanted = _Wanted(tuple(bool(n) and m for n, m in zip(p_nz, flat.p_diff)),
+            wanted = Wanted(tuple(bool(n) and m for n, m in zip(p_nz, flat.p_diff)),
                              tuple(bool(n) and m for n, m in zip(x_nz, flat.x_diff)))
             out, res = routed_forward(flat, self.spec.tables, self.spec.route, any(wanted.x),
                                       P, h0, xs, tabs)

@@ -77,7 +77,9 @@ class CheckpointedLoop(Configured):
 
     def __call__(self, params: Any, init_state: Any, inputs: Any = None) -> Any:
         flat = self._flat(params, init_state, inputs)
-        plan = self.plan_for(flat)              # below a budget's minimum: raises, naming it
+        # below a budget's minimum: raises, naming it; with segments the reverse mode publishes
+        # the plan it chooses
+        plan = self.plan_for(flat, publish=not self._segments)
         return self._run(flat, plan, self._route(flat, plan) if self._segments else None)
 
     @property
@@ -118,7 +120,7 @@ class CheckpointedLoop(Configured):
     def _segments_for(self, flat: Flat, states_only: BudgetPlan,
                       x_wanted: bool) -> tuple[int, BudgetPlan] | None:
         """``(L, plan of the super-steps)`` with the fewest evaluations (:mod:`.segments`), or
-        None where storing states only evaluates no more often. Chosen once per argument
+        None where no length saves ``SEGMENT_MIN_GAIN`` of them. Chosen once per argument
         signature and ``x_wanted``; each candidate's sizes are measured from a compiled sweep
         (:func:`.sizes.measure_sweep`)."""
         key = (flat.signature(), x_wanted)
@@ -153,14 +155,15 @@ class CheckpointedLoop(Configured):
                 sizes = self._sizes.setdefault(key, sizes)
         return sizes
 
-    def plan_for(self, flat: Flat) -> Any:
+    def plan_for(self, flat: Flat, publish: bool = True) -> Any:
         if not isinstance(self.schedule, MemoryBudget):
             return self.schedule
         sizes = self.sizes_for(flat)
         # static: XLA allocates the slots and the longest taped segment side by side (sizes
         # carry no tape unless keep_segments)
         plan = BudgetPlan(self.seq_len, self.schedule.memory, sizes, static=True)
-        self.last_plan = plan
+        if publish:
+            self.last_plan = plan
         return plan
 
     def tables_for(self, plan: Any, L: int = 1) -> Tables:
@@ -232,8 +235,8 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     The length with the fewest evaluations of ``fn`` is kept where it saves at least 10 % of
     them (``segments.SEGMENT_MIN_GAIN``), else states only;
     the reverse mode chooses, knowing whether ``inputs`` are differentiated (their windows'
-    cotangents take room), and each candidate is compiled once per argument signature and
-    that, at trace time. ``fn`` then runs
+    cotangents take room), and each candidate is compiled once per argument signature and per
+    answer, at trace time (``loop.plan``: the last gradient's plan). ``fn`` then runs
     inside a ``lax.scan``. ``keep_segments="masked"``: segments of
     varying lengths (the static mixed policy,
     :class:`~bincheck.schedule.mixed.FixedLeafPlan`), a ``lax.cond`` per step; fewer

@@ -12,8 +12,9 @@ checkpointed as any loop is: the planner's Revolve plan over the super-steps, ea
 super-step taped and pulled back whole. ``L`` divides ``seq_len``. :func:`choose` plans each
 candidate length (the sizes come from a compiled gradient of the sweep over a few super-steps,
 :func:`.sizes.measure_sweep`) and keeps the one whose plan evaluates the step the fewest times,
-``L * plain super-steps + seq_len``, or none when one-step segments (states only) evaluate it
-no more often. The reverse mode makes the choice, once it knows whether the inputs are
+``L * plain super-steps + seq_len``, or none when that saves less than
+:data:`SEGMENT_MIN_GAIN` of the states-only plan's evaluations. The reverse mode makes the
+choice, once it knows whether the inputs are
 differentiated (:func:`.sweep.routed_forward`).
 """
 

@@ -115,7 +115,6 @@ def measure(flat: Flat, segments: bool = False) -> Sizes:
                  segment_bytes=max(0, extra[2] - tape))
 
 
-
 def measure_sweep(flat: Flat, x_wanted: bool, n: int = 10, slots: int = 3) -> Sizes:
     """Sizes of a loop of super-steps (:class:`.segments.BlockFlat`) measured whole: the
     temporaries of a compiled gradient of the checkpointed sweep itself over ``n`` super-steps

@@ -31,6 +31,22 @@ from .segments import from_windows, to_windows
 from .tables import Tables
 
 
+@jax.tree_util.register_static
+class Wanted:
+    """Which cotangents the reverse sweep computes, carried beside the residuals (static)."""
+
+    __slots__ = ("p", "x")
+
+    def __init__(self, p: tuple, x: tuple) -> None:
+        self.p, self.x = p, x
+
+    def __hash__(self) -> int:
+        return hash((self.p, self.x))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Wanted) and (self.p, self.x) == (other.p, other.x)
+
+
 def _zeros_like_diff(values: list, mask: list) -> list:
     return [jnp.zeros_like(v) for v, m in zip(values, mask) if m]
 
@@ -279,21 +295,22 @@ def build(flat: Flat, tables: Tables, route: Any = None) -> Any:
     def loop(P: list, h0: list, xs: list, tabs: tuple) -> tuple[list, list]:
         return scan_plain(flat, T, P, h0, xs)
 
-    wanted: dict = {}
+    # Every differentiable argument gets its cotangent here, perturbed or not: under jit, JAX
+    # traced this fwd once per pattern of perturbed arguments but handed a backward the
+    # residual structure of the latest trace (two interleaved jax.vjp of one jitted loss with
+    # different arguments: a zero parameter gradient, or a crash with static segments of two
+    # lengths). The hijax primitive, used wherever jax has it, skips unwanted cotangents.
+    wanted = Wanted(tuple(flat.p_diff), tuple(flat.x_diff))
 
     def fwd(P: list, h0: list, xs: list, tabs: tuple) -> tuple:
-        # symbolic_zeros: each argument comes as (value, perturbed); an input nobody
-        # differentiates gets no cotangent computed, nor a buffer for it.
-        wanted["p"] = [a.perturbed and m for a, m in zip(P, flat.p_diff)]
-        wanted["x"] = [a.perturbed and m for a, m in zip(xs, flat.x_diff)]
         P, h0, xs = ([a.value for a in arg] for arg in (P, h0, xs))
-        return routed_forward(flat, tables, route, any(wanted["x"]), P, h0, xs,
+        return routed_forward(flat, tables, route, any(wanted.x), P, h0, xs,
                               tuple(a.value for a in tabs))
 
     def bwd(res: tuple, g: tuple) -> tuple:
         g_h, g_ys = (_instantiate(c, m) for c, m in zip(g, (flat.h_diff, flat.y_diff)))
-        return (*routed_reverse(flat, tables, route, any(wanted["x"]), res, g_h, g_ys,
-                                wanted["p"], wanted["x"]), None)
+        return (*routed_reverse(flat, tables, route, any(wanted.x), res, g_h, g_ys,
+                                list(wanted.p), list(wanted.x)), None)
 
     loop.defvjp(fwd, bwd, symbolic_zeros=True)
     return loop
