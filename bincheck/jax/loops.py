@@ -67,7 +67,8 @@ class CheckpointedLoop(Configured):
 
     @property
     def plan(self) -> Any:
-        """The schedule: fixed, or with a memory budget the plan of the last trace (or preview)."""
+        """The schedule: fixed, or with a memory budget the plan of the last trace or preview
+        (with ``keep_segments=True``: of the last gradient traced, or preview)."""
         return self.last_plan if isinstance(self.schedule, MemoryBudget) else self.schedule
 
     def _flat(self, params: Any, init_state: Any, inputs: Any) -> Flat:

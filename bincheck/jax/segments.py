@@ -36,10 +36,11 @@ MAX_SEGMENT = 64
 MAX_CANDIDATES = 8
 #: Least share of the states-only plan's evaluations (plain + taped) that segments must save
 #: to be kept. On the CPU a step costs more inside a segment's ``lax.scan`` than taped alone
-#: (the full JAX benchmark of 2026-11-24, H=256: 2-11 % over the per-step bound, against 1-4 %
-#: storing states only); segments saving 2.6 % (scan-remat's bytes, 50-step segments) and
-#: 3.9 % (Equinox C=50's on tanh, 5-step ones) were 1-5 % slower than states only there, and
-#: those saving 18-28 % (nested remat's bytes, 5 % of lax.scan's) 7-14 % faster.
+#: (the full JAX benchmark of 2026-11-24, H=256: segment plans at 1.02-1.11x the per-step
+#: bound, states only at 0.98-1.06x). Segments saving 2.6 % (scan-remat's bytes, 50-step
+#: segments) ran at 0.99-1.04x states only's time (tanh 1.04, LSTM 0.99, GRU 1.03) and 3.9 %
+#: (Equinox C=50's on tanh, 5-step ones) at 1.02x; those saving 18-28 % (nested remat's
+#: bytes, 5 % of lax.scan's) were 7-14 % faster.
 SEGMENT_MIN_GAIN = 0.10
 #: Fewest segments: with two, XLA held both segments' residuals at once (a loop of 120 tanh steps
 #: as 2 x 60 took 47 kB of temporaries where its plan predicted 26 kB; 3 x 40 and shorter held).

@@ -87,8 +87,8 @@ def _bookkeeping(flat: Flat) -> int:
 def measure(flat: Flat, segments: bool = False) -> Sizes:
     """Sizes by accounting: one compiled taped step's temporaries plus the buffers the sweep
     carries and its bookkeeping (see the module docstring). With ``segments`` (kept taped
-    segments, the static mixed policy), ``extra(L) = temp(L) - temp(1) + windows(L)`` is what a segment of
-    ``L`` steps adds (``temp`` the compiled segment's temporaries, ``windows`` its input,
+    segments, the static mixed policy), ``extra(L) = temp(L) - temp(1) + windows(L)`` is what a
+    segment of ``L`` steps adds (``temp`` the compiled segment's temporaries, ``windows`` its input,
     output and cotangent windows): measured at 2 and 4 steps and written as
     ``segment_bytes + (L - 1) * tape_bytes`` (XLA's temporaries grow linearly in ``L``:
     measured exactly so up to 16 steps on a tanh RNN)."""
