@@ -116,9 +116,14 @@ class Steps:
     # ----------------------------------------------------------------------------- plain
     def advance(self, state: Any, start: int, stop: int) -> Any:
         t0 = time.perf_counter()
-        with torch.no_grad():
+        step = self.step
+        if torch.is_grad_enabled():
+            with torch.no_grad():
+                for t in range(start, stop):
+                    state = step(state, t)
+        else:                        # a backward runs without grad mode: no context to enter
             for t in range(start, stop):
-                state = self.step(state, t)
+                state = step(state, t)
         self.stats.plain_seconds += time.perf_counter() - t0
         self.stats.plain_steps += stop - start
         return state
@@ -127,14 +132,19 @@ class Steps:
         args = self.args
         xl = args.x
         x = None if not xl else xl[0][t] if args.x_def is LEAF else args.x_at(t)
-        track = self.track
-        if track:
-            leaves = [state] if args.s_def is LEAF else flatten(state)[0]
+        if not self.track:
+            out = self.fn(args.given, state, x)          # args.call_with(None, ...)
+        elif args.s_def is LEAF:                         # one tensor: one version to compare
+            version = state._version
+            out = self.fn(args.given, state, x)
+            if state._version != version or (xl and self.x_moved()):
+                raise self.in_place_error(t)
+        else:
+            leaves = flatten(state)[0]
             versions = [v._version for v in leaves]
-        out = self.fn(args.given, state, x)              # args.call_with(None, ...)
-        if track and ([v._version for v in leaves] != versions or
-                      (xl and [v._version for v in xl] != self.x_versions)):
-            raise self.in_place_error(t)
+            out = self.fn(args.given, state, x)
+            if [v._version for v in leaves] != versions or (xl and self.x_moved()):
+                raise self.in_place_error(t)
         out, new = self.check(out, t)
         if self.verifier is not None:
             self.verifier.check(t + 1, new, "plain")
@@ -142,6 +152,13 @@ class Steps:
         if ys is not None and self.output_fn is not None and t == ys.count:
             ys.add(t, args.call_with(None, self.output_fn, out, x))
         return out
+
+    def x_moved(self) -> bool:
+        """Whether an input leaf was written in place since the call began."""
+        xl, versions = self.args.x, self.x_versions
+        if len(xl) == 1:
+            return xl[0]._version != versions[0]
+        return [v._version for v in xl] != versions
 
     def in_place_error(self, t: int, stop: int | None = None) -> RuntimeError:
         where = f"at step {t}" if stop is None or stop == t + 1 else \
@@ -157,6 +174,9 @@ class Steps:
         if the structure, a shape, a dtype or a device changed."""
         args = self.args
         if args.s_def is LEAF and isinstance(out, torch.Tensor):
+            shape, dtype, device = self.meta[0]
+            if out.shape == shape and out.dtype == dtype and out.device == device:
+                return out, [out]                        # the common case, checked at once
             leaves = [out]
         else:
             leaves, new_def = flatten(out)
@@ -182,6 +202,8 @@ class Steps:
         args = self.args
         if not args.x:
             return None
+        if not self.x_want and args.x_def is LEAF:
+            return args.x[0][t]
         leaves = [leaf[t] for leaf in args.x]
         if self.x_want:
             slices = xs[t] = {}
@@ -193,33 +215,41 @@ class Steps:
         """Tape steps ``start..stop-1`` from ``state`` in one graph (``box_state``: the input
         state's cotangent is wanted)."""
         t0 = time.perf_counter()
-        leaves = [state] if self.args.s_def is LEAF else flatten(state)[0]
+        args = self.args
+        single = args.s_def is LEAF
+        leaves = [state] if single else flatten(state)[0]
         ins = [v.detach().requires_grad_(box_state and differentiable(v)) for v in leaves]
         states: list = []
         xs: dict = {}
+        fn, check, x_taped, verifier = self.fn, self.check, self.x_taped, self.verifier
         keep = self.output_fn is not None
 
         def body(params: Any, st: Any) -> Any:
             for t in range(start, stop):
-                st, new = self.check(self.fn(params, st, self.x_taped(t, xs)), t)
-                if self.verifier is not None:
-                    self.verifier.check(t + 1, new, "taped")
+                st, new = check(fn(params, st, x_taped(t, xs)), t)
+                if verifier is not None:
+                    verifier.check(t + 1, new, "taped")
                 if keep:
                     states.append(st)
             return st
 
         # ins share their version counters with leaves (detach): a write through either shows
         track = self.track
-        versions = [v._version for v in leaves] if track else None
+        if track:
+            versions = [v._version for v in leaves]
+        state_in = ins[0] if single else args.state(ins)
         with torch.enable_grad():
-            out = self.args.call_with(self.aliases, body, self.args.state(ins))
-        if track and ([v._version for v in leaves] != versions or
-                      [v._version for v in self.args.x] != self.x_versions):
+            if stop - start == 1 and verifier is None and not keep:     # one step: no loop
+                out = check(args.call_with(self.aliases, fn, state_in, x_taped(start, xs)),
+                            start)[0]
+            else:
+                out = args.call_with(self.aliases, body, state_in)
+        if track and ([v._version for v in leaves] != versions or (args.x and self.x_moved())):
             raise self.in_place_error(start, stop)
-        self.stats.tape_seconds += time.perf_counter() - t0
-        self.stats.taped_steps += stop - start
-        outs = [out] if self.args.s_def is LEAF else flatten(out)[0]
-        return Segment(start, stop, ins, outs, states, xs)
+        stats = self.stats
+        stats.tape_seconds += time.perf_counter() - t0
+        stats.taped_steps += stop - start
+        return Segment(start, stop, ins, [out] if single else flatten(out)[0], states, xs)
 
     def taped_outputs(self, seg: Segment) -> list:
         """``output_fn`` under the tape for every step of ``seg``: per step, its output leaves."""

@@ -28,6 +28,11 @@ from ..tree import flatten
 def storage_bytes(leaves: list, seen: set | None = None) -> int:
     """Bytes of the distinct storages under ``leaves`` (a view costs its whole storage: that is
     what holding it keeps alive). ``seen`` (storage pointers) is skipped and updated."""
+    if seen is None and len(leaves) == 1:               # one tensor: nothing to deduplicate
+        v = leaves[0]
+        if isinstance(v, torch.Tensor) and v.layout == torch.strided:
+            return v.untyped_storage().nbytes()
+        return 0
     seen = set() if seen is None else seen
     total = 0
     for v in leaves:
@@ -107,19 +112,25 @@ class TorchStore(MemoryStore):
         self._rng_bytes = 0 if rng is None else rng.nbytes()
 
     def put(self, index: int, state: Any, storage: str = "ram") -> None:
-        leaves = flatten(state)[0]
-        rng = None if self.rng is None else self.rng.get()
+        leaves = [state] if isinstance(state, torch.Tensor) else flatten(state)[0]
+        rng = self.rng
         if rng is not None:                  # a distinct RNG state is held once, and counted
+            rng = rng.get()
             refs = self._rng_refs.get(id(rng), 0)
             self._rng_refs[id(rng)] = refs + 1
             if not refs:
                 self.nbytes += self._rng_bytes
         if storage == "disk":
             super().put(index, state, storage)
-            self._guard[index] = (None, rng)
-        else:
-            super().put(index, state, storage, storage_bytes(leaves))
-            self._guard[index] = ([v._version for v in leaves], rng)
+            self._guard[index] = (None, None, rng)
+            return
+        # MemoryStore.put's RAM branch, inline (a snapshot per reversed step, on the hot path)
+        size = storage_bytes(leaves)
+        self._states[index] = (state, size)
+        self.nbytes += size
+        if self.nbytes > self.peak_nbytes:
+            self.peak_nbytes = self.nbytes
+        self._guard[index] = (leaves, [v._version for v in leaves], rng)
 
     @property
     def working_rng_bytes(self) -> int:
@@ -128,29 +139,37 @@ class TorchStore(MemoryStore):
         return self._rng_bytes
 
     def get(self, index: int) -> Any:
-        state = super().get(index)
-        versions, rng = self._guard[index]
+        entry = self._states.get(index)
+        state = super().get(index) if entry is None else entry[0]
+        leaves, versions, rng = self._guard[index]
         if versions is not None:
-            now = [v._version for v in flatten(state)[0]]
-            if now != versions:
+            if [v._version for v in leaves] != versions:
                 raise RuntimeError(
                     f"checkpoint of state {index} (the state before step {index}) was modified "
                     f"in place after it was stored: a step function, output_fn or the caller "
                     f"wrote into a tensor that bincheck keeps by reference. Update out of place "
                     f"(h = h + ... instead of h += ..., torch.cat instead of h[i] = ...)")
-        if rng is not None:
+        if rng is None:
+            pass
+        elif rng[1]:
             Rng.set(rng, self.rng.devices)
+        else:
+            torch.set_rng_state(rng[0])
         return state
 
     def pop(self, index: int) -> Any:
-        _, rng = self._guard.pop(index, (None, None))
+        _, _, rng = self._guard.pop(index, (None, None, None))
         if rng is not None:
             refs = self._rng_refs.pop(id(rng)) - 1
             if refs:
                 self._rng_refs[id(rng)] = refs
             else:
                 self.nbytes -= self._rng_bytes
-        return super().pop(index)
+        entry = self._states.pop(index, None)
+        if entry is None:
+            return super().pop(index)                   # on disk: the disk store frees it
+        self.nbytes -= entry[1]
+        return entry[0]
 
 
 class TensorCodec:

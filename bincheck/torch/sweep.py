@@ -16,6 +16,9 @@ from typing import Any
 
 import torch
 
+from ..runtime.executor import Executor
+from ..schedule.actions import Advance, Free, Restore, Reverse, Snapshot
+from ..tree import LEAF, flatten
 from .boundary import differentiable
 from .steps import Segment, Steps
 
@@ -56,6 +59,83 @@ class Sweep:
     def advance(self, state: Any, start: int, stop: int) -> Any:
         return self.steps.advance(state, start, stop)
 
+    def lean(self, store: Any) -> bool:
+        """Whether :meth:`run` may reverse single steps inline: snapshots in RAM only, no
+        per-step outputs, no fingerprints, no input cotangents, version counters to guard."""
+        steps = self.steps
+        return store.disk is None and self.g_ys is None and steps.output_fn is None and \
+            steps.verifier is None and not steps.x_want and steps.track
+
+    def run(self, executor: Executor, actions: Any) -> None:
+        """``executor.run(actions, self)``, with the reverse sweep's most frequent work inlined.
+
+        A Revolve schedule reverses most steps alone (``Reverse(t, t + 1)``, between a
+        ``Restore`` and a ``Free``). Through :meth:`Executor.apply`, :meth:`Steps.tape`, a
+        :class:`Segment` and :meth:`pull_back`, such a step cost the library more Python calls
+        and containers than the step's own taping (see ``benchmarks/torch/replay.py``). Here it
+        is taped and pulled back in place, with the same checks (the tracker validates every
+        action first; in-place writes, the returned state's structure, shapes, dtypes and
+        devices) and the same statistics; every other action goes to the store and the stepper
+        as :meth:`Executor.apply` sends it. Taped segments of several steps, and calls that
+        need more (a disk or host tier, ``output_fn``, ``verify``, input cotangents), take the
+        general path."""
+        if not self.lean(executor.store):
+            executor.run(actions, self)
+            return
+        steps, stats, store = self.steps, self.stats, executor.store
+        args, fn, check, aliases = steps.args, steps.fn, steps.check, steps.aliases
+        single, xl = args.s_def is LEAF, args.x
+        x_leaf = xl[0] if xl and args.x_def is LEAF else None
+        apply, p_in, perf = executor.tracker.apply, self.p_in, time.perf_counter
+        live = executor.live
+        for action in actions:
+            apply(action)                   # raises before any work if the action is invalid
+            kind = type(action)
+            if kind is Reverse:
+                start = action.start
+                if action.stop - start > 1 or self.pretaped is not None:
+                    self.reverse(live, start, action.stop)
+                    live = None
+                    continue
+                t0 = perf()
+                leaves = [live] if single else flatten(live)[0]
+                live = None                 # the tape consumes it; hold no extra reference
+                box = start > 0 or self.box0
+                ins = [v.detach().requires_grad_(box and differentiable(v)) for v in leaves]
+                versions = [v._version for v in leaves]
+                with torch.enable_grad():
+                    x = None if not xl else x_leaf[start] if x_leaf is not None else \
+                        args.x_at(start)
+                    out = args.call_with(aliases, fn, ins[0] if single else args.state(ins), x)
+                if [v._version for v in leaves] != versions or (xl and steps.x_moved()):
+                    raise steps.in_place_error(start)
+                outs = check(out, start)[1]
+                t1 = perf()     # one step holds no tape beside its own: no peak_held to raise
+                pulled, grads = [], []
+                for o, g in zip(outs, self.adjoint):
+                    if g is not None and o.requires_grad:
+                        pulled.append(o)
+                        grads.append(g)
+                wrt = p_in + [v for v in ins if v.requires_grad] if box else p_in
+                if pulled and wrt:
+                    backward_into(pulled, grads, wrt)
+                if box:
+                    self.adjoint = [v.grad if v.requires_grad else None for v in ins]
+                t2 = perf()
+                stats.taped_steps += 1
+                stats.tape_seconds += t1 - t0
+                stats.backward_seconds += t2 - t1
+            elif kind is Advance:
+                if action.stop > action.start:
+                    live = steps.advance(live, action.start, action.stop)
+            elif kind is Restore:
+                live = store.get(action.index)
+            elif kind is Snapshot:
+                store.put(action.index, live, action.storage)
+            elif kind is Free:
+                store.pop(action.index)
+        executor.live = live
+
     def reverse(self, state: Any, start: int, stop: int) -> None:
         seg = self.pretaped
         if seg is not None and (seg.start, seg.stop) == (start, stop):
@@ -79,8 +159,10 @@ class Sweep:
                     if g is not None and y.requires_grad:
                         outs.append(y)
                         grads.append(g[t])
-        slices = [(t, k, v) for t, d in seg.xs.items() for k, v in d.items()]
-        ins = self.p_in + [v for v in seg.ins if v.requires_grad] + [v for _, _, v in slices]
+        ins = self.p_in + [v for v in seg.ins if v.requires_grad]
+        slices = [(t, k, v) for t, d in seg.xs.items() for k, v in d.items()] if seg.xs else ()
+        if slices:
+            ins += [v for _, _, v in slices]
         t1 = time.perf_counter()
         if outs and ins:
             backward_into(outs, grads, ins)

@@ -1,0 +1,89 @@
+"""The reverse sweep reverses most steps alone, inline (``Sweep.run``); those steps get every
+check and statistic a taped segment gets (``Steps.tape``, ``Sweep.pull_back``). Each test runs
+both: a ``num_ckpts`` loop (inline single steps) and the same loop with ``verify=True`` (every
+step through the general path)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import bincheck.torch as bt  # noqa: E402
+from torch_helpers import assert_close, plain_loop, problem, requiring, tanh_cell  # noqa: E402
+
+T = 8
+PATHS = pytest.mark.parametrize("verify", [False, True], ids=["inline", "general"])
+
+
+def only_when_taped_at(step, fn, bad):
+    """``fn``, except that step ``step`` run under grad mode (taped) does ``bad`` instead."""
+    def wrapped(p, h, x):
+        if torch.is_grad_enabled() and float(x[0, 0]) == step:
+            return bad(p, h, x)
+        return fn(p, h, x)
+    return wrapped
+
+
+def numbered(xs):
+    xs = xs.clone()
+    xs[:, 0, 0] = torch.arange(len(xs), dtype=xs.dtype)   # step t can tell it is step t
+    return xs
+
+
+@PATHS
+def test_a_taped_step_that_writes_its_input_is_refused_naming_the_step(verify):
+    params, h0, xs = problem(T)
+    xs = numbered(xs)
+
+    def bad(p, h, x):
+        x.mul_(1.0)                          # same values, but the caller's xs was written
+        return tanh_cell(p, h, x)
+    W, U, b = requiring(*params)
+    loop = bt.binomial_checkpoint(only_when_taped_at(3, tanh_cell, bad), T, 2, verify=verify)
+    out = loop((W, U, b), h0, xs)
+    with pytest.raises(RuntimeError, match="in place at step 3"):
+        out.pow(2).sum().backward()
+
+
+@PATHS
+def test_a_taped_step_that_writes_its_state_is_refused_naming_the_step(verify):
+    """Step 0's input state needs no gradient (init_state does not require one), so torch
+    itself allows the write: bincheck's check must refuse it."""
+    params, h0, xs = problem(T)
+    xs = numbered(xs)
+    keep = h0.clone()
+
+    def bad(p, h, x):
+        return tanh_cell(p, h.mul_(1.0), x)     # same values: only the version moves
+    W, U, b = requiring(*params)
+    loop = bt.binomial_checkpoint(only_when_taped_at(0, tanh_cell, bad), T, 2, verify=verify)
+    out = loop((W, U, b), h0, xs)
+    with pytest.raises(RuntimeError, match="in place at step 0"):
+        out.pow(2).sum().backward()
+    torch.testing.assert_close(h0, keep, rtol=0, atol=0)
+
+
+@PATHS
+def test_a_taped_step_that_returns_another_shape_is_refused_naming_the_step(verify):
+    params, h0, xs = problem(T)
+    xs = numbered(xs)
+
+    def bad(p, h, x):
+        return tanh_cell(p, h, x)[:-1]
+    W, U, b = requiring(*params)
+    loop = bt.binomial_checkpoint(only_when_taped_at(2, tanh_cell, bad), T, 2, verify=verify)
+    out = loop((W, U, b), h0, xs)
+    with pytest.raises(ValueError, match="at step 2 state leaf 0 was shape"):
+        out.pow(2).sum().backward()
+
+
+@PATHS
+@pytest.mark.parametrize("wrt", ["params", "params+h0", "h0"])
+def test_both_paths_give_the_plain_loops_gradient_and_counts(verify, wrt):
+    params, h0, xs = problem(T)
+    W, U, b, h = requiring(*params, h0)
+    wanted = {"params": [W, U, b], "params+h0": [W, U, b, h], "h0": [h]}[wrt]
+    loop = bt.binomial_checkpoint(tanh_cell, T, 3, verify=verify)
+    got = torch.autograd.grad(loop((W, U, b), h, xs).pow(2).sum(), wanted)
+    want = torch.autograd.grad(plain_loop(tanh_cell, (W, U, b), h, xs, T).pow(2).sum(), wanted)
+    assert_close(got, want)
+    assert loop.stats.taped_steps == T
+    assert loop.stats.plain_steps == bt.binomial_checkpoint(tanh_cell, T, 3).plan.plain_steps
