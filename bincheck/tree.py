@@ -18,6 +18,13 @@ _NONE = ("None",)
 
 
 def flatten(tree: Any) -> tuple[list[Any], Any]:
+    t = type(tree)
+    if t is tuple or t is list:
+        for c in tree:
+            if c is None or isinstance(c, (tuple, list, dict)):
+                break
+        else:                   # a flat tuple or list of leaves (an LSTM's (h, c)): no recursion
+            return list(tree), (t, None, (LEAF,) * len(tree))
     leaves: list[Any] = []
     return leaves, _flatten(tree, leaves)
 
@@ -52,6 +59,10 @@ def map_leaves(fn: Any, tree: Any) -> Any:
 
 
 def unflatten(treedef: Any, leaves: list[Any]) -> Any:
+    kind = treedef[0] if type(treedef) is tuple and len(treedef) == 3 else None
+    if (kind is tuple or kind is list) and len(leaves) == len(treedef[2]) and \
+            all(c is LEAF for c in treedef[2]):
+        return kind(leaves)                 # a flat tuple or list: no recursion
     it = iter(leaves)
     return _build(treedef, it)
 
