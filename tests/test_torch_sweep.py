@@ -16,7 +16,7 @@ PATHS = pytest.mark.parametrize("verify", [False, True], ids=["inline", "general
 def only_when_taped_at(step, fn, bad):
     """``fn``, except that step ``step`` run under grad mode (taped) does ``bad`` instead."""
     def wrapped(p, h, x):
-        if torch.is_grad_enabled() and float(x[0, 0]) == step:
+        if torch.is_grad_enabled() and float(x[0, 0].detach()) == step:
             return bad(p, h, x)
         return fn(p, h, x)
     return wrapped
@@ -87,3 +87,56 @@ def test_both_paths_give_the_plain_loops_gradient_and_counts(verify, wrt):
     assert_close(got, want)
     assert loop.stats.taped_steps == T
     assert loop.stats.plain_steps == bt.binomial_checkpoint(tanh_cell, T, 3).plan.plain_steps
+
+
+@pytest.mark.parametrize("num_ckpts", [2, 3, 5])
+def test_the_sweep_holds_no_state_beyond_the_plan_s(num_ckpts):
+    """At every plain step of the backward, the state-sized tensors alive are at most: the
+    stored states (``num_ckpts``, state 0's copy included), the step's input and output, the
+    adjoint, the parameter's gradient being summed and the loop's result the caller holds:
+    ``num_ckpts + 5``. (A review found the inline single steps holding theirs until the next
+    Reverse, and the forward's last live state for the whole backward: 11 at two slots.)"""
+    import gc
+    T2, N = 20, 4099
+
+    def alive():
+        return {o.untyped_storage().data_ptr() for o in gc.get_objects()
+                if type(o) is torch.Tensor and o.numel() == N}
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(N, dtype=torch.float64, generator=g).requires_grad_()
+    xs = torch.randn(T2, N, dtype=torch.float64, generator=g)
+    h0 = torch.randn(N, dtype=torch.float64, generator=g)
+    gc.collect()
+    given = alive() | {v.untyped_storage().data_ptr() for v in (w, xs, h0)}   # not the loop's
+    most, backward = [0], [False]
+
+    def step(p, h, x):
+        out = torch.tanh(h * p + x)
+        if backward[0] and not torch.is_grad_enabled():
+            most[0] = max(most[0], len(alive() - given))
+        return out
+    loop = bt.binomial_checkpoint(step, T2, num_ckpts)
+    out = loop(w, h0, xs)
+    loss = out.sum()
+    backward[0] = True
+    loss.backward()
+    assert loop.stats.plain_steps > T2            # replays ran, and were looked at
+    assert 0 < most[0] <= num_ckpts + 5, most[0]
+
+
+@pytest.mark.parametrize("where", ["forward's last step", "inputs differentiated"])
+def test_a_single_taped_step_of_the_general_path_is_checked_too(where):
+    """``Steps.tape`` tapes a single step without its loop: the forward's last step, and every
+    step when the inputs' cotangents are wanted (no inline path then). Its output is checked."""
+    params, h0, xs = problem(T)
+    xs = numbered(xs)
+    step = T - 1 if where == "forward's last step" else 2
+
+    def bad(p, h, x):
+        return tanh_cell(p, h, x)[:-1]
+    W, U, b = requiring(*params)
+    if where == "inputs differentiated":
+        xs.requires_grad_()
+    loop = bt.binomial_checkpoint(only_when_taped_at(step, tanh_cell, bad), T, 2)
+    with pytest.raises(ValueError, match=f"at step {step} state leaf 0 was shape"):
+        loop((W, U, b), h0, xs).pow(2).sum().backward()

@@ -82,52 +82,21 @@ class Sweep:
         if not self.lean(executor.store):
             executor.run(actions, self)
             return
-        steps, stats, store = self.steps, self.stats, executor.store
-        args, fn, check, aliases = steps.args, steps.fn, steps.check, steps.aliases
-        single, xl = args.s_def is LEAF, args.x
-        x_leaf = xl[0] if xl and args.x_def is LEAF else None
-        apply, p_in, perf = executor.tracker.apply, self.p_in, time.perf_counter
-        live = executor.live
+        store, apply = executor.store, executor.tracker.apply
+        advance, reverse_one = self.steps.advance, self.reverse_one
+        live, executor.live = executor.live, None      # held here only, as Executor.apply does
         for action in actions:
             apply(action)                   # raises before any work if the action is invalid
             kind = type(action)
             if kind is Reverse:
-                start = action.start
-                if action.stop - start > 1 or self.pretaped is not None:
-                    self.reverse(live, start, action.stop)
-                    live = None
-                    continue
-                t0 = perf()
-                leaves = [live] if single else flatten(live)[0]
-                live = None                 # the tape consumes it; hold no extra reference
-                box = start > 0 or self.box0
-                ins = [v.detach().requires_grad_(box and differentiable(v)) for v in leaves]
-                versions = [v._version for v in leaves]
-                with torch.enable_grad():
-                    x = None if not xl else x_leaf[start] if x_leaf is not None else \
-                        args.x_at(start)
-                    out = args.call_with(aliases, fn, ins[0] if single else args.state(ins), x)
-                if [v._version for v in leaves] != versions or (xl and steps.x_moved()):
-                    raise steps.in_place_error(start)
-                outs = check(out, start)[1]
-                t1 = perf()     # one step holds no tape beside its own: no peak_held to raise
-                pulled, grads = [], []
-                for o, g in zip(outs, self.adjoint):
-                    if g is not None and o.requires_grad:
-                        pulled.append(o)
-                        grads.append(g)
-                wrt = p_in + [v for v in ins if v.requires_grad] if box else p_in
-                if pulled and wrt:
-                    backward_into(pulled, grads, wrt)
-                if box:
-                    self.adjoint = [v.grad if v.requires_grad else None for v in ins]
-                t2 = perf()
-                stats.taped_steps += 1
-                stats.tape_seconds += t1 - t0
-                stats.backward_seconds += t2 - t1
+                if action.stop - action.start > 1 or self.pretaped is not None:
+                    self.reverse(live, action.start, action.stop)
+                else:
+                    reverse_one(live, action.start)
+                live = None                 # the tape consumed it; hold no extra reference
             elif kind is Advance:
                 if action.stop > action.start:
-                    live = steps.advance(live, action.start, action.stop)
+                    live = advance(live, action.start, action.stop)
             elif kind is Restore:
                 live = store.get(action.index)
             elif kind is Snapshot:
@@ -135,6 +104,41 @@ class Sweep:
             elif kind is Free:
                 store.pop(action.index)
         executor.live = live
+
+    def reverse_one(self, state: Any, t: int) -> None:
+        """Tape step ``t`` from ``state`` and pull the adjoint back through it (:meth:`run`'s
+        single step: :meth:`Steps.tape` and :meth:`pull_back` in one, without a
+        :class:`Segment`). Everything it refers to is released when it returns."""
+        t0 = time.perf_counter()
+        steps = self.steps
+        args = steps.args
+        single, xl = args.s_def is LEAF, args.x
+        leaves = [state] if single else flatten(state)[0]
+        box = t > 0 or self.box0
+        ins = [v.detach().requires_grad_(box and differentiable(v)) for v in leaves]
+        versions = [v._version for v in leaves]
+        with torch.enable_grad():
+            x = None if not xl else xl[0][t] if args.x_def is LEAF else args.x_at(t)
+            out = args.call_with(steps.aliases, steps.fn, ins[0] if single else args.state(ins),
+                                 x)
+        if [v._version for v in leaves] != versions or (xl and steps.x_moved()):
+            raise steps.in_place_error(t)
+        outs = steps.check(out, t)[1]
+        t1 = time.perf_counter()       # one step holds no tape beside its own: no peak_held
+        pulled, grads = [], []
+        for o, g in zip(outs, self.adjoint):
+            if g is not None and o.requires_grad:
+                pulled.append(o)
+                grads.append(g)
+        wrt = self.p_in + [v for v in ins if v.requires_grad] if box else self.p_in
+        if pulled and wrt:
+            backward_into(pulled, grads, wrt)
+        if box:
+            self.adjoint = [v.grad if v.requires_grad else None for v in ins]
+        stats = self.stats
+        stats.taped_steps += 1
+        stats.tape_seconds += t1 - t0
+        stats.backward_seconds += time.perf_counter() - t1
 
     def reverse(self, state: Any, start: int, stop: int) -> None:
         seg = self.pretaped
