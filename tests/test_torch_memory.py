@@ -198,3 +198,47 @@ def test_kept_segments_count_what_output_fn_and_wanted_inputs_hold(case):
         kept.append(loop.last_plan.sizes.tape_bytes is not None)
         assert peak - returned <= memory, (extra, peak - returned, memory)
     assert any(kept), kept                       # a budget where taped segments are kept
+
+
+def elementwise_problem():
+    """A step whose parameter is as large as its state (256 KiB): what the probe and the sweep
+    hold beside the budget shows at once."""
+    torch.manual_seed(0)
+    T2, N = 40, 64 * 1024
+    w = torch.randn(N, requires_grad=True)
+    xs, h0 = torch.randn(T2, N), torch.randn(N)
+    return (lambda p, h, x: torch.tanh(h * p + x)), T2, w, h0, xs
+
+
+def test_a_preview_leaves_nothing_allocated():
+    """The probe tapes a step with a pack hook and keeps its graph for a second backward; none
+    of it may outlive the preview (it did: three states at every probe, a cycle through the
+    graph torch's C++ holds)."""
+    fn, T2, w, h0, xs = elementwise_problem()
+    for memory in ("20MB", None):
+        loop = bt.binomial_checkpoint(fn, T2, memory=memory) if memory else \
+            bt.binomial_checkpoint(fn, T2, 3)
+        if memory is None:
+            _, _, left = allocation_peak(lambda: torch.autograd.grad(
+                loop(w, h0, xs).sum(), [w]), net=True)
+            assert left == w.nbytes, left          # the returned gradient, nothing else
+            continue
+        _, _, left = allocation_peak(lambda: loop.preview(w, h0, xs), net=True)
+        assert left == 0, left
+
+
+def test_the_first_gradient_holds_a_budget_at_the_minimum():
+    """The first gradient of a ``memory=`` loop probes a step, then runs the plan: at the
+    minimum budget and one and two states above it (one to three slots, every reversed step
+    alone), the metered peak beside the returned gradient stays within the budget."""
+    import re
+    fn, T2, w, h0, xs = elementwise_problem()
+    with pytest.raises(ValueError) as refused:
+        bt.binomial_checkpoint(fn, T2, memory=1).preview(w, h0, xs)
+    minimum = int(re.search(r"(\d+) bytes in all", str(refused.value)).group(1))
+    for extra in (0, 1, 2):
+        memory = minimum + extra * h0.nbytes
+        loop = bt.binomial_checkpoint(fn, T2, memory=memory)
+        _, peak = allocation_peak(lambda: torch.autograd.grad(loop(w, h0, xs).pow(2).sum(), [w]))
+        assert loop.last_plan.schedule.num_ckpts == extra + 1       # states only, 1-3 slots
+        assert peak - w.nbytes <= memory, (extra, (peak - w.nbytes - memory) / h0.nbytes)

@@ -69,7 +69,11 @@ def probe(call: Any, disk: Any = None) -> Measured:
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         saved.append(t)
-        return t
+        # What the graph keeps: a detached alias (same storage and version counter). The tensor
+        # itself would make a step's output that its backward saves (tanh) hold its own graph,
+        # a cycle through torch's C++ that Python's collector cannot free: a leak of the
+        # probed step's tape at every probe.
+        return t.detach()
 
     plain, taped = [], []
 
@@ -115,6 +119,7 @@ def probe(call: Any, disk: Any = None) -> Measured:
     extra += sum(src.args.x[k][0].numel() * src.args.x[k].element_size() for k in src.x_want)
     tape, chain = one_step_tape(saved, owned, flatten(state0)[0], seg.outs,
                                 src.output_fn is not None, extra)
+    saved.clear()        # torch may keep the pack hook (and the list it appends to) alive
     grads = [a.numel() * a.element_size() for a, w in zip(src.aliases, call.p_want)
              if w and differentiable(a)]
     # + the RNG state the snapshots share and the one being compared with it, and fork_rng's
