@@ -149,12 +149,11 @@ class TorchStore(MemoryStore):
                     f"in place after it was stored: a step function, output_fn or the caller "
                     f"wrote into a tensor that bincheck keeps by reference. Update out of place "
                     f"(h = h + ... instead of h += ..., torch.cat instead of h[i] = ...)")
-        if rng is None:
-            pass
-        elif rng[1]:
-            Rng.set(rng, self.rng.devices)
-        else:
-            torch.set_rng_state(rng[0])
+        if rng is not None:
+            if rng[1]:                                  # CUDA generators too
+                Rng.set(rng, self.rng.devices)
+            else:
+                torch.set_rng_state(rng[0])
         return state
 
     def pop(self, index: int) -> Any:
