@@ -4,6 +4,11 @@ Quick default (about 2 minutes on 2 cores): the tanh cell, T=1000, H=256, B=32, 
 strategy, 3 timed rounds. ``--full``: tanh, LSTM and GRU, 5 rounds, budgets at 5 % and 2 % of
 store-all. ``--smoke``: tiny sizes, a few seconds, for the test suite (writes to a temporary
 folder unless ``--out`` is given). One thread (``torch.set_num_threads(1)``), float32, CPU.
+
+``--device cuda`` runs the same on the current CUDA device: times synchronised, peaks from CUDA's
+caching allocator, and the ``memory=`` fractions once more with ``offload=True`` (states beyond
+the budget in pinned host memory). Its results are named ``<mode>-cuda.*``. ``--hidden`` and
+``--batch`` change the sizes (the name then says them).
 """
 
 from __future__ import annotations
@@ -42,6 +47,11 @@ def parse_args(argv):
     p.add_argument("--cells", help="comma-separated subset of tanh,lstm,gru")
     p.add_argument("--rounds", type=int, help="timed rounds (median; at least 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of parameters and inputs")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the tensors live (cuda: the current CUDA device; adds memory= "
+                        "runs with offload=True)")
+    p.add_argument("--hidden", type=int, help="hidden size H (default: the mode's)")
+    p.add_argument("--batch", type=int, help="batch size B (default: the mode's)")
     p.add_argument("--out", help=f"output folder (default {RESULTS}; --smoke: a temporary one)")
     p.add_argument("--replot", metavar="JSON",
                    help="redraw the table and the plot from an earlier results JSON; no runs")
@@ -58,7 +68,16 @@ def parse_args(argv):
         if args.rounds < 3:
             p.error(f"--rounds must be at least 3 (the time is a median); got {args.rounds}")
         cfg["rounds"] = args.rounds
+    for key in ("hidden", "batch"):
+        value = getattr(args, key)
+        if value is not None:
+            if value < 1:
+                p.error(f"--{key} must be at least 1; got {value}")
+            cfg[key] = value
     args.cfg = cfg
+    args.name = args.mode + ("-cuda" if args.device == "cuda" else "") + "".join(
+        f"-{k[0].upper()}{getattr(args, k)}" for k in ("hidden", "batch")
+        if getattr(args, k) is not None)
     if args.out is None:
         args.out = tempfile.mkdtemp(prefix="bincheck-torch-smoke-") if args.smoke else RESULTS
     return args
@@ -78,6 +97,10 @@ def library_version() -> str:
 
 
 def write_all(out: str, name: str, meta: dict, rows) -> str:
+    where = (f"{meta['device_name']} float32" if meta.get("device_name") else
+             f"CPU float32, {meta['threads']} thread(s)")
+    meter = ("CUDA caching allocator" if meta.get("device_name") else
+             "profiler allocation events")
     from .plot import plot_png
     from ..rnn.report import write_atomic
     from .report import csv_bytes, json_bytes, markdown
@@ -86,7 +109,7 @@ def write_all(out: str, name: str, meta: dict, rows) -> str:
     text = markdown(meta, rows)
     write_atomic(os.path.join(out, f"{name}.md"), text.encode())
     png = plot_png(rows, f"bincheck.torch vs torch checkpointing, {meta['mode']} run "
-                         f"{meta['date'][:10]}, CPU float32, {meta['threads']} thread(s)")
+                         f"{meta['date'][:10]}, {where}", meter)
     if png is not None:
         write_atomic(os.path.join(out, f"{name}.png"), png)
     return text
@@ -109,28 +132,33 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(1)
     cfg = args.cfg
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("--device cuda: torch sees no CUDA device (torch.cuda.is_available() is False)",
+              file=sys.stderr)
+        return 2
     meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), mode=args.mode,
                 ratios="per-round",
                 torch=torch.__version__, bincheck_commit=library_version(),
-                threads=torch.get_num_threads(),
+                threads=torch.get_num_threads(), device=args.device,
+                device_name=(torch.cuda.get_device_name() if args.device == "cuda" else None),
                 python=platform.python_version(), machine=platform.machine(),
                 cpus=os.cpu_count(), load_start=load_average(), load_end=None, seconds=None,
                 config={k: v for k, v in cfg.items()}, seed=args.seed)
     t0 = time.perf_counter()
     rows = []
     total = len(cfg["cells"]) * expected_ticks(cfg["num_ckpts"], cfg["fractions"],
-                                               cfg["rounds"])
+                                               cfg["rounds"], args.device == "cuda")
     with tqdm(total=total, desc="benchmark", unit="run", file=sys.stderr) as bar:
         for cell in cfg["cells"]:
             bar.set_postfix_str(cell)
             prob = Problem(cell, cfg["seq_len"], cfg["hidden"], cfg["batch"],
-                           cfg["input_size"], args.seed)
+                           cfg["input_size"], args.seed, args.device)
             rows += run_cell(prob, cfg["num_ckpts"], cfg["fractions"], cfg["rounds"], bar)
             meta.update(load_end=load_average(), seconds=time.perf_counter() - t0)
-            write_all(args.out, args.mode, meta, rows)     # whole files after every cell
-    print(write_all(args.out, args.mode, meta, rows))
+            write_all(args.out, args.name, meta, rows)     # whole files after every cell
+    print(write_all(args.out, args.name, meta, rows))
     failed = [r for r in rows if r.status.startswith("FAILED")]
-    print(f"{len(rows)} runs in {meta['seconds']:.0f} s; results in {args.out}/{args.mode}.*"
+    print(f"{len(rows)} runs in {meta['seconds']:.0f} s; results in {args.out}/{args.name}.*"
           + (f"; {len(failed)} FAILED (gradient mismatch)" if failed else ""))
     return 1 if failed else 0
 

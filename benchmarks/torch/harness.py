@@ -80,6 +80,8 @@ class Row:
     step_plain_ms: float | None = None  # per-step costs, medians over the rounds
     step_taped_ms: float | None = None  # taped step + backward into the running sums
     step_taped_fresh_ms: float | None = None   # the same into fresh tensors (the older bound)
+    device: str = "cpu"                 # "cuda": timed with synchronisation, metered by CUDA's
+                                        # caching allocator
 
     def record(self) -> dict:
         return asdict(self)
@@ -87,7 +89,8 @@ class Row:
 
 def _label(st: S.Strategy) -> str:
     if st.kind == "bincheck":
-        return f"s={st.num_ckpts}" if st.memory is None else f"mem={st.budget_of}"
+        return f"s={st.num_ckpts}" if st.memory is None else \
+            f"mem={st.budget_of}" + (" +host" if st.offload else "")
     return {"store-all": "store-all", "per-step": "per-step", "seq-reentrant": "seq re",
             "seq-nonreentrant": "seq non-re", "nested": "nested"}[st.kind]
 
@@ -111,7 +114,7 @@ class CellRun:
     def _row(self, st: S.Strategy) -> Row:
         p = self.prob
         row = Row(p.cell_name, p.seq_len, p.hidden, p.batch, p.input_size, st.name, st.kind,
-                  _label(st), st.num_ckpts, st.memory, st.budget_of)
+                  _label(st), st.num_ckpts, st.memory, st.budget_of, device=p.device)
         self.rows.append(row)
         return row
 
@@ -140,7 +143,7 @@ class CellRun:
             self._tick()
             return row
         p.zero_grad()
-        row.metered_peak = peak_bytes(st.gradient)
+        row.metered_peak = peak_bytes(st.gradient, p.cuda)
         row.not_loop_bytes = p.param_bytes + st.extra_grad_bytes + p.state_bytes
         row.loop_bytes = row.metered_peak - row.not_loop_bytes
         if st.loop is not None:
@@ -164,6 +167,10 @@ class CellRun:
                     if st.kind in S.PEERS]
         for what, memory in budgets:
             self.check_and_meter(S.bincheck(p, memory=max(memory, 1), budget_of=what))
+        if p.cuda:          # the fractions again, with states beyond them in pinned host memory
+            for f in self.fractions:
+                self.check_and_meter(S.bincheck(p, memory=max(int(f * ref.loop_bytes), 1),
+                                                budget_of=f"{100 * f:g} %", offload=True))
 
     def time_rounds(self, rounds: int) -> None:
         p = self.prob
@@ -175,8 +182,10 @@ class CellRun:
             for st, row in order:
                 p.zero_grad()
                 gc.collect()
+                p.sync()
                 t0 = time.perf_counter()
                 st.gradient()
+                p.sync()
                 row.times_s.append(time.perf_counter() - t0)
                 if st.loop is not None:
                     stats[id(row)].append(st.loop.stats)
@@ -215,9 +224,12 @@ def run_cell(prob: S.Problem, num_ckpts: list[int], fractions: list[float], roun
     return run.rows
 
 
-def expected_ticks(num_ckpts: list[int], fractions: list[float], rounds: int) -> int:
+def expected_ticks(num_ckpts: list[int], fractions: list[float], rounds: int,
+                   cuda: bool = False) -> int:
     """Progress units per cell: one per checked run, one per round."""
-    return 1 + len(S.PEERS) + len(num_ckpts) + len(fractions) + len(S.PEERS) + rounds
+    offloaded = len(fractions) if cuda else 0
+    return (1 + len(S.PEERS) + len(num_ckpts) + len(fractions) + len(S.PEERS) + offloaded
+            + rounds)
 
 
 def threads() -> int:

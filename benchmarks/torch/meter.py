@@ -1,11 +1,16 @@
 """Independent measurements: the profiler's allocation events (peak bytes) and per-step costs.
 
-The peak is the running sum of every allocation and free torch's allocator reports to the
-profiler during one call, sorted by time, above its value at the start (research/torch.md §3;
-tracemalloc does not see torch's allocator). Per-step costs are the references for bincheck's
-bound: a plain step under ``no_grad``, and a taped step with its backward pass (the cotangents of
-the state, and of the parameters added into their running sums, as a reverse sweep needs them),
-through autograd's engine without ``torch.autograd.backward``'s argument checks.
+On the CPU, the peak is the running sum of every allocation and free torch's allocator reports
+to the profiler during one call, sorted by time, above its value at the start (research/torch.md
+§3; tracemalloc does not see torch's allocator). On a CUDA device it is the caching allocator's
+own peak of allocated bytes (``torch.cuda.max_memory_allocated``, reset before the call) above
+the bytes allocated at the start: the allocator's count, not bincheck's.
+
+Per-step costs are the references for bincheck's bound: a plain step under ``no_grad``, and a
+taped step with its backward pass (the cotangents of the state, and of the parameters added into
+their running sums, as a reverse sweep needs them), through autograd's engine without
+``torch.autograd.backward``'s argument checks. On CUDA each is timed as the throughput of a run
+of steps, synchronised before and after.
 """
 
 from __future__ import annotations
@@ -48,9 +53,17 @@ def _quiet_stderr():
         os.close(saved)
 
 
-def peak_bytes(call: Callable[[], object]) -> int:
-    """Peak torch-allocated bytes during ``call()``, above the start (profiler events)."""
+def peak_bytes(call: Callable[[], object], cuda: bool = False) -> int:
+    """Peak torch-allocated bytes during ``call()``, above the start (profiler events; on a
+    CUDA device, the caching allocator's peak of the current device)."""
     gc.collect()
+    if cuda:
+        torch.cuda.synchronize()
+        start = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        call()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - start
     with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU],
                                   profile_memory=True) as prof:
         call()
@@ -115,9 +128,11 @@ def step_costs(prob: Problem, reps: int = 40) -> tuple[float, float, float]:
             prob.zero_grad()
             for x in xs[:2]:
                 one(x)
+            prob.sync()
             t0 = time.perf_counter()
             for x in xs:
                 one(x)
+            prob.sync()
             result.append((time.perf_counter() - t0) / len(xs))
     finally:
         for p, g in zip(params, saved):

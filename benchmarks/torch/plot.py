@@ -36,7 +36,8 @@ def _style_key(r: Row) -> str:
     return "num_ckpts" if r.memory_budget is None else "memory"
 
 
-def plot_png(rows: list[Row], title: str) -> bytes | None:
+def plot_png(rows: list[Row], title: str,
+             meter: str = "profiler allocation events") -> bytes | None:
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -60,7 +61,7 @@ def plot_png(rows: list[Row], title: str) -> bytes | None:
     fig.subplots_adjust(left=0.7 / width, right=1 - 0.25 / width, top=1 - top_in / height,
                         bottom=bottom_in / height, wspace=0.15)
     fig.suptitle(title, fontsize=10.5, y=1 - 0.1 / height, va="top")
-    caption = ("x: metered peak (profiler allocation events) / store-all's, log scale; y: time / "
+    caption = (f"x: metered peak ({meter}) / store-all's, log scale; y: time / "
                "store-all's, the median of the per-round ratios. Hollow grey circle joined to a "
                "bincheck point: that run's "
                "bound, the plan's plain steps × plain step + T × (taped step + backward into "

@@ -59,7 +59,7 @@ def table(rows: list[Row]) -> str:
         r0 = mine[0]
         costs = next((r for r in mine if r.step_plain_ms is not None), None)
         out.append(f"\n**{cell}**, T={r0.seq_len}, H={r0.hidden}, B={r0.batch}, "
-                   f"I={r0.input_size}, float32, CPU"
+                   f"I={r0.input_size}, float32, {'CUDA' if r0.device == 'cuda' else 'CPU'}"
                    + ("" if costs is None else
                       f"; plain step {costs.step_plain_ms:.3f} ms, taped step + backward "
                       f"{costs.step_taped_ms:.3f} ms" + _fresh(costs)) + "\n")
@@ -163,8 +163,11 @@ def targets_md(rows: list[Row]) -> str:
 
 def meta_md(meta: dict) -> str:
     commit = meta.get("bincheck_commit")
+    device = meta.get("device_name")
     return (f"Run {meta['date']} ({meta['mode']}), torch {meta['torch']}, "
-            + (f"bincheck at {commit}, " if commit else "") +
+            + (f"bincheck at {commit}, " if commit else "")
+            + (f"on {device} (timed with synchronisation; peaks from CUDA's caching allocator), "
+               if device else "") +
             f"{meta['threads']} thread(s), load average at start {meta['load_start']}, "
             f"at end {meta['load_end']}; {meta['seconds']:.0f} s.\n")
 

@@ -30,15 +30,28 @@ class Problem:
     batch: int
     input_size: int
     seed: int = 0
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
+        """The same numbers on every device: drawn on the CPU, then moved."""
         g = torch.Generator().manual_seed(self.seed)
         torch.manual_seed(self.seed)
-        self.cell = CELLS[self.cell_name](self.input_size, self.hidden)
-        self.xs = torch.randn(self.seq_len, self.batch, self.input_size, generator=g)
-        self.h0 = torch.randn(self.batch, self.hidden, generator=g)
-        self.c0 = torch.zeros(self.batch, self.hidden)
+        self.cell = CELLS[self.cell_name](self.input_size, self.hidden).to(self.device)
+        self.xs = torch.randn(self.seq_len, self.batch, self.input_size, generator=g).to(
+            self.device)
+        self.h0 = torch.randn(self.batch, self.hidden, generator=g).to(self.device)
+        self.c0 = torch.zeros(self.batch, self.hidden, device=self.device)
         self.params = list(self.cell.parameters())
+
+    @property
+    def cuda(self) -> bool:
+        return torch.device(self.device).type == "cuda"
+
+    def sync(self) -> None:
+        """Wait for the device's queued work (CUDA runs asynchronously), so that a host clock
+        read after it times the work itself."""
+        if self.cuda:
+            torch.cuda.synchronize()
 
     @property
     def lstm(self) -> bool:
@@ -84,6 +97,7 @@ class Strategy:
     memory: int | None = None       # memory= budget in bytes
     budget_of: str | None = None    # what the budget was derived from
     extra_grad_bytes: int = 0       # returned gradients besides the parameters' (h0's)
+    offload: bool = False           # memory= with offload=True (CUDA: a pinned host tier)
 
 
 def sqrt_segments(n: int) -> int:
@@ -180,17 +194,21 @@ def nested(prob: Problem) -> Strategy:
 
 
 def bincheck(prob: Problem, num_ckpts: int | None = None, memory: int | None = None,
-             budget_of: str | None = None) -> Strategy:
+             budget_of: str | None = None, offload: bool = False) -> Strategy:
     if memory is None:
         loop = bt.binomial_checkpoint(prob.step, prob.seq_len, num_ckpts)
         name = f"bincheck num_ckpts={num_ckpts}"
+    elif offload:
+        loop = bt.binomial_checkpoint(prob.step, prob.seq_len, memory=memory, offload=True)
+        name = f"bincheck memory= {budget_of}, offload=True"
     else:
         loop = bt.binomial_checkpoint(prob.step, prob.seq_len, memory=memory)
         name = f"bincheck memory= {budget_of}"
 
     def gradient():
         prob.loss(loop(prob.cell, prob.state0, prob.xs)).backward()
-    return Strategy(name, "bincheck", gradient, loop, num_ckpts, memory, budget_of)
+    return Strategy(name, "bincheck", gradient, loop, num_ckpts, memory, budget_of,
+                    offload=offload)
 
 
 def peers(prob: Problem) -> list[Strategy]:
