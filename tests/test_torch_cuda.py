@@ -111,3 +111,100 @@ def test_copies_wait_for_the_compute_stream_and_the_restore_waits_for_them():
     assert torch.equal(back, want)
     tier.pop(3)
     tier.close()
+
+
+def test_autocast_is_reentered_on_cuda():
+    """Under CUDA autocast (bfloat16) the recomputed and taped steps run in bfloat16 as the
+    plain loop's do: the gradient is the plain loop's, and far from float32's. Autocast's cast
+    cache is off: with it, the plain loop casts each weight once and sums its steps' cotangents
+    in bfloat16, where a recomputed step casts anew and sums them in float32 (torch's own
+    checkpoint behaves the same; measured 0.4 % apart on an H100)."""
+    torch.manual_seed(0)
+    cell = torch.nn.RNNCell(16, 64).cuda()
+    xs, h0 = torch.randn(T, 8, 16, device="cuda"), torch.randn(8, 64, device="cuda")
+    step = lambda c, h, x: c(x, h).float()                         # noqa: E731
+
+    def grads(run, enabled=True):
+        cell.zero_grad()
+        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False, enabled=enabled):
+            out = run()
+        out.pow(2).sum().backward()
+        return [p.grad.clone() for p in cell.parameters()]
+    got = grads(lambda: bt.binomial_checkpoint(step, T, 4)(cell, h0, xs))
+    want = grads(lambda: plain_loop(step, cell, h0, xs, T))
+    assert_close(got, want, rtol=1e-5, atol=1e-6)
+    full = grads(lambda: plain_loop(step, cell, h0, xs, T), enabled=False)
+    assert max(float((a - b).abs().max()) for a, b in zip(got, full)) > 1e-4
+
+
+def test_lstm_module_budget_holds_on_the_device():
+    """memory= without a host tier, an LSTM module's (h, c) state on the device: the peak of
+    CUDA's caching allocator above the start, less the returned gradients, stays within the
+    budget, and the gradient is the plain loop's."""
+    torch.manual_seed(0)
+    cell = torch.nn.LSTMCell(32, 256).double().cuda()
+    h0 = (torch.randn(64, 256, dtype=torch.float64, device="cuda"),
+          torch.zeros(64, 256, dtype=torch.float64, device="cuda"))
+    xs = torch.randn(T, 64, 32, dtype=torch.float64, device="cuda")
+    step = lambda c, s, x: c(x, s)                                  # noqa: E731
+    state_bytes = 2 * h0[0].numel() * 8
+    minimum = bt.binomial_checkpoint(step, T, memory="1GB").preview(cell, h0, xs) \
+        .sizes.minimum_memory
+    memory = minimum + 3 * state_bytes
+    loop = bt.binomial_checkpoint(step, T, memory=memory)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    loop(cell, h0, xs)[0].pow(2).sum().backward()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    got = [p.grad.clone() for p in cell.parameters()]
+    grad_bytes = sum(g.numel() * 8 for g in got)
+    assert 0 < peak - grad_bytes <= memory, (peak - grad_bytes, memory)
+    assert loop.stats.plain_steps == loop.last_plan.plain_steps > T
+    cell.zero_grad()
+    plain_loop(step, cell, h0, xs, T)[0].pow(2).sum().backward()
+    assert_close(got, [p.grad for p in cell.parameters()])
+
+
+def test_offloaded_dropout_keeps_the_device_rng_and_the_callers_stream():
+    leaves, h0, xs = cuda_problem()
+    state_bytes = h0.numel() * h0.element_size()
+    minimum = bt.binomial_checkpoint(dropout_cell, T, memory="1GB").preview(
+        tuple(leaves), h0, xs).sizes.minimum_memory
+    loop = bt.binomial_checkpoint(dropout_cell, T, memory=minimum + 3 * state_bytes,
+                                  offload=True)
+    torch.manual_seed(5)
+    got = torch.autograd.grad(loop(tuple(leaves), h0, xs).pow(2).sum(), leaves)
+    after = torch.rand(3, device="cuda")
+    torch.manual_seed(5)
+    want = torch.autograd.grad(
+        plain_loop(dropout_cell, tuple(leaves), h0, xs, T).pow(2).sum(), leaves)
+    assert torch.equal(after, torch.rand(3, device="cuda"))
+    assert_close(got, want)
+    assert loop.stats.offload_bytes_read > 0 and loop.stats.offload_prefetched > 0
+
+
+def test_while_loop_with_an_integer_counter_offloads_on_cuda():
+    leaves, h0, xs = cuda_problem(B=16, H=32, I=4)
+    x = xs[0]
+
+    def body(p, st):
+        h, k = st
+        return tanh_cell(p, h, x), k + 1
+
+    def cond(p, st):
+        return int(st[1]) < 150
+    start = (h0, torch.tensor(0, device="cuda"))
+    # the working set of a taped step is 184 kB on an H100 (float64, B=16, H=32): room for
+    # about 17 states of 4 kB beside it
+    run = bt.checkpointed_while_loop(cond, body, memory="260kB", offload=True)
+    final = run(tuple(leaves), start)
+    assert final[1].device.type == "cuda" and int(final[1]) == 150
+    got = torch.autograd.grad(final[0].pow(2).sum(), leaves)
+    st = start
+    while cond(None, st):
+        st = body(tuple(leaves), st)
+    assert_close(got, torch.autograd.grad(st[0].pow(2).sum(), leaves))
+    assert run.num_steps == 150 and run.stats.taped_steps == 150
+    assert run.stats.offload_bytes_written > 0 and run.stats.offload_bytes_read > 0
