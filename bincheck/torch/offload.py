@@ -37,6 +37,7 @@ from ..tree import flatten, unflatten
 from .store import TENSORS
 
 REPS = 3             # copies timed per direction when the tier is priced
+PIPELINED = 4        # CUDA: copies (and steps, when probed) timed back to back between waits
 
 
 class Offload:
@@ -245,21 +246,24 @@ class HostTier:
 
 
 def copy_seconds(state: Any, copies: Any) -> tuple[float, float]:
-    """Seconds to copy ``state`` down and back up with ``copies`` (the best of :data:`REPS`
-    each, waited for): what the planner prices a host write and read at."""
+    """Seconds to copy ``state`` down and back up with ``copies``, the best of :data:`REPS`
+    each: what the planner prices a host write and read at. CUDA copies are timed as a loop
+    meets them, :data:`PIPELINED` at a time with one wait after the last (as the probe times
+    the steps they are weighed against); other copiers one at a time."""
     leaves = _tensors(flatten(state)[0], "the state")
+    times = PIPELINED if isinstance(copies, CudaCopies) else 1
     down, up = [], []
     for _ in range(REPS):
         t0 = time.perf_counter()
-        hosts, event = copies.down(leaves)
-        copies.settle(event)
+        sent = [copies.down(leaves) for _ in range(times)]
+        copies.settle(sent[-1][1])
         t1 = time.perf_counter()
-        back, event = copies.up(hosts)
-        copies.settle(event)
+        back = [copies.up(sent[-1][0]) for _ in range(times)]
+        copies.settle(back[-1][1])
         t2 = time.perf_counter()
-        down.append(t1 - t0)
-        up.append(t2 - t1)
-        del hosts, back
+        down.append((t1 - t0) / times)
+        up.append((t2 - t1) / times)
+        del sent, back
     return max(min(down), 1e-9), max(min(up), 1e-9)
 
 

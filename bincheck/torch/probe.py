@@ -41,7 +41,7 @@ from ..runtime.stats import LoopStats
 from ..schedule.budget import Sizes
 from ..tree import flatten
 from .boundary import differentiable
-from .offload import tier_seconds
+from .offload import PIPELINED, tier_seconds
 from .store import storage_bytes
 from .steps import Outputs, Steps
 
@@ -80,34 +80,59 @@ def probe(call: Any, disk: Any = None) -> Measured:
     def sync() -> None:            # CUDA runs asynchronously: time the work, not its launch
         for device in call.ambient.devices:
             torch.cuda.synchronize(device)
+
+    def plain_step() -> Any:
+        with torch.no_grad():
+            return steps.step(state0, 0)
+
+    def taped_step() -> Any:
+        """Step 0 taped, with its backward into the wanted inputs (their ``.grad`` cleared)."""
+        seg = steps.tape(state0, 0, 1, True)
+        outs = [o for o in seg.outs if o.requires_grad]
+        if src.output_fn is not None:
+            steps.ys = Outputs()
+            outs += [y for y in steps.taped_outputs(seg)[0] if y.requires_grad]
+        ins = [a for a in steps.aliases if isinstance(a, torch.Tensor) and a.requires_grad]
+        ins += [v for v in seg.ins if v.requires_grad]
+        if outs and ins:
+            torch.autograd.backward(outs, [torch.ones_like(o) for o in outs], inputs=ins,
+                                    retain_graph=True)
+        for a in ins:
+            a.grad = None
+        return seg
+
+    def timed(run: Any, times: int) -> float:
+        """Seconds per call of ``run()``, called ``times`` times between synchronisations."""
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(times):
+            run()
+        sync()
+        return (time.perf_counter() - t0) / times
+
     with torch.random.fork_rng(devices=call.ambient.devices):
         for _ in range(2):
             before = torch.get_rng_state()
             sync()
             t0 = time.perf_counter()
-            with torch.no_grad():
-                state1 = steps.step(state0, 0)
+            state1 = plain_step()
             sync()
             t1 = time.perf_counter()
             draws = not torch.equal(before, torch.get_rng_state())
             saved.clear()
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                seg = steps.tape(state0, 0, 1, True)
-                outs = [o for o in seg.outs if o.requires_grad]
-                if src.output_fn is not None:
-                    steps.ys = Outputs()
-                    outs += [y for y in steps.taped_outputs(seg)[0] if y.requires_grad]
-            ins = [a for a in steps.aliases if isinstance(a, torch.Tensor) and a.requires_grad]
-            ins += [v for v in seg.ins if v.requires_grad]
-            if outs and ins:
-                torch.autograd.backward(outs, [torch.ones_like(o) for o in outs], inputs=ins,
-                                        retain_graph=True)
+                seg = taped_step()
             sync()
             t2 = time.perf_counter()
             plain.append(t1 - t0)
             taped.append(t2 - t1)
-            for a in ins:
-                a.grad = None
+        if call.ambient.devices:
+            # In a loop, CUDA steps queue behind each other while Python launches the next:
+            # a step alone, synchronised, costs its launch and its run one after the other
+            # (measured 3x the loop's cost of a plain step on a small tanh cell on an H100,
+            # which made the host tier look cheaper than the recomputation it replaced).
+            plain.append(timed(plain_step, PIPELINED))
+            taped.append(timed(taped_step, PIPELINED))
     leaves = flatten(state1)[0]
     # A snapshot holds its own RNG state only where the steps draw random numbers (see Rng.get)
     rng = call.rng.nbytes() if call.rng is not None else 0
