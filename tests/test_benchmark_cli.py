@@ -164,3 +164,27 @@ def test_jax_benchmark_names_the_extra_when_equinox_is_missing(monkeypatch):
     monkeypatch.setitem(sys.modules, "equinox", None)       # import equinox raises ImportError
     with pytest.raises(SystemExit, match=r'pip install -e "\.\[jaxbench\]"'):
         import_peers()
+
+
+def test_torch_benchmark_device_and_size_options():
+    """--device cuda names its results <mode>-cuda (sizes added when changed), and refuses
+    clearly where torch sees no GPU (CI); on a machine with one, the smoke run passes there."""
+    pytest.importorskip("torch")
+    import torch
+
+    from benchmarks.torch.__main__ import parse_args
+    args = parse_args(["--full", "--device", "cuda", "--hidden", "64", "--batch", "2",
+                       "--out", "x"])
+    assert args.name == "full-cuda-H64-B2" and args.cfg["hidden"] == 64
+    assert args.cfg["batch"] == 2 and args.cfg["seq_len"] == 1000
+    assert parse_args(["--out", "x"]).name == "quick"
+    with pytest.raises(SystemExit):
+        parse_args(["--batch", "0"])
+    out = subprocess.run([sys.executable, "-m", "benchmarks.torch", "--smoke", "--device", "cuda",
+                          "--cells", "tanh"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    if torch.cuda.is_available():
+        assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+        assert "offload=True" in out.stdout and "smoke-cuda." in out.stdout
+    else:
+        assert out.returncode == 2 and "torch sees no CUDA device" in out.stderr, out.stderr
