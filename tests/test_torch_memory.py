@@ -242,3 +242,45 @@ def test_the_first_gradient_holds_a_budget_at_the_minimum():
         _, peak = allocation_peak(lambda: torch.autograd.grad(loop(w, h0, xs).pow(2).sum(), [w]))
         assert loop.last_plan.schedule.num_ckpts == extra + 1       # states only, 1-3 slots
         assert peak - w.nbytes <= memory, (extra, (peak - w.nbytes - memory) / h0.nbytes)
+
+
+def _doubling_tanh(wide_backward):
+    """``tanh(2 h)`` as an autograd.Function saving ``h``; with ``wide_backward``, its backward
+    also builds and differentiates a graph 50 states wide (as a Function that recomputes under
+    ``enable_grad`` in its backward does)."""
+    class DoublingTanh(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, h):
+            ctx.save_for_backward(h)
+            return torch.tanh(2.0 * h)
+
+        @staticmethod
+        def backward(ctx, g):
+            (h,) = ctx.saved_tensors
+            if wide_backward:
+                with torch.enable_grad():
+                    hh = h.detach().requires_grad_()
+                    torch.autograd.grad(torch.exp(hh.repeat(1, 50)).sum(), hh)
+            return g * 2.0 * (1.0 - torch.tanh(2.0 * h) ** 2)
+    return DoublingTanh.apply
+
+
+def test_the_probe_counts_what_the_forward_saves_not_what_the_backward_builds():
+    """Two steps with the same forward (saving the same tensors) have the same tape and working
+    set, though one's backward builds a graph of its own: tensors the backward saves are not
+    the step's tape (they were counted when the backward ran inside the probe's hooks)."""
+    params, h0, xs = problem(30, B=8, H=64, I=4)
+    leaves = tuple(requiring(*params))
+    sizes = []
+    for wide in (False, True):
+        act = _doubling_tanh(wide)
+
+        def step(p, h, x):
+            W, U, b = p
+            return act(h @ W + x @ U + b)
+        sizes.append(bt.binomial_checkpoint(step, 30, memory="1GB").preview(leaves, h0, xs)
+                     .sizes)
+    narrow, wide = sizes
+    assert wide.tape_bytes == narrow.tape_bytes and wide.work_bytes == narrow.work_bytes, \
+        (narrow, wide)
+    assert narrow.tape_bytes < 50 * h0.numel() * h0.element_size()

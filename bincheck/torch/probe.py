@@ -1,8 +1,10 @@
 """Measuring one step of a torch loop: the sizes and times a byte budget is planned with.
 
 One probe runs step 0 plain and taped (with its backward), twice each, keeping the faster, inside
-``fork_rng`` so that the caller's random stream is untouched. Bytes come from the real tensors,
-never from an allocator's counters (which differ between CPU and CUDA builds):
+``fork_rng`` so that the caller's random stream is untouched; on a CUDA device, also four of each
+back to back between synchronisations, as a loop queues them (12 calls of ``fn`` in all). Bytes
+come from the real tensors, never from an allocator's counters (which differ between CPU and CUDA
+builds):
 
 * ``state_bytes``: the storages a snapshot holds (a view counts its whole storage), plus the RNG
   state kept beside it (5056 bytes on CPU) with ``preserve_rng_state`` if step 0 draws random
@@ -31,6 +33,7 @@ never from an allocator's counters (which differ between CPU and CUDA builds):
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -85,13 +88,15 @@ def probe(call: Any, disk: Any = None) -> Measured:
         with torch.no_grad():
             return steps.step(state0, 0)
 
-    def taped_step() -> Any:
-        """Step 0 taped, with its backward into the wanted inputs (their ``.grad`` cleared)."""
-        seg = steps.tape(state0, 0, 1, True)
-        outs = [o for o in seg.outs if o.requires_grad]
-        if src.output_fn is not None:
-            steps.ys = Outputs()
-            outs += [y for y in steps.taped_outputs(seg)[0] if y.requires_grad]
+    def taped_step(hooks: Any = contextlib.nullcontext) -> Any:
+        """Step 0 taped (the forward inside ``hooks()``: only what the forward saves is tape),
+        with its backward into the wanted inputs (their ``.grad`` cleared)."""
+        with hooks():
+            seg = steps.tape(state0, 0, 1, True)
+            outs = [o for o in seg.outs if o.requires_grad]
+            if src.output_fn is not None:
+                steps.ys = Outputs()
+                outs += [y for y in steps.taped_outputs(seg)[0] if y.requires_grad]
         ins = [a for a in steps.aliases if isinstance(a, torch.Tensor) and a.requires_grad]
         ins += [v for v in seg.ins if v.requires_grad]
         if outs and ins:
@@ -120,8 +125,7 @@ def probe(call: Any, disk: Any = None) -> Measured:
             t1 = time.perf_counter()
             draws = not torch.equal(before, torch.get_rng_state())
             saved.clear()
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                seg = taped_step()
+            seg = taped_step(lambda: torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t))
             sync()
             t2 = time.perf_counter()
             plain.append(t1 - t0)
@@ -129,8 +133,8 @@ def probe(call: Any, disk: Any = None) -> Measured:
         if call.ambient.devices:
             # In a loop, CUDA steps queue behind each other while Python launches the next:
             # a step alone, synchronised, costs its launch and its run one after the other
-            # (measured 3x the loop's cost of a plain step on a small tanh cell on an H100,
-            # which made the host tier look cheaper than the recomputation it replaced).
+            # (on a small tanh cell on an H100: 0.246 ms, where a loop's plain step cost
+            # 0.07-0.11 ms; benchmarks/torch/README.md, "On a GPU").
             plain.append(timed(plain_step, PIPELINED))
             taped.append(timed(taped_step, PIPELINED))
     leaves = flatten(state1)[0]
