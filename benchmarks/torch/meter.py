@@ -4,7 +4,9 @@ On the CPU, the peak is the running sum of every allocation and free torch's all
 to the profiler during one call, sorted by time, above its value at the start (research/torch.md
 §3; tracemalloc does not see torch's allocator). On a CUDA device it is the caching allocator's
 own peak of allocated bytes (``torch.cuda.max_memory_allocated``, reset before the call) above
-the bytes allocated at the start: the allocator's count, not bincheck's.
+the bytes allocated at the start: the allocator's count, not bincheck's. It stops counting a
+tensor when it is freed, even while a copy on another stream still reads it (``record_stream``),
+so with ``offload=True`` a peak may miss the one snapshot whose copy down is in flight.
 
 Per-step costs are the references for bincheck's bound: a plain step under ``no_grad``, and a
 taped step with its backward pass (the cotangents of the state, and of the parameters added into
