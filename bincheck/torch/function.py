@@ -21,10 +21,11 @@ Two torch situations need more than the schedule:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 import warnings
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -35,7 +36,7 @@ from ..schedule.simulate import ScheduleError
 from .boundary import Args, aliases, differentiable
 from .context import Ambient
 from .offload import HostTier, open_tier
-from .store import Rng, TorchStore
+from .store import Buffers, Rng, TorchStore
 from .steps import Outputs, Steps
 from .sweep import Sweep
 
@@ -58,7 +59,10 @@ class Call:
                            loop.label)
         self.ambient = Ambient(args.leaves, loop.preserve_rng_state)
         self.rng = Rng(self.ambient.devices) if loop.preserve_rng_state else None
+        self.steps.rng = self.rng
+        self.buffers = Buffers.of(args.module) if args.module is not None else None
         self.pending: tuple | None = None
+        self.live_ambient: tuple | None = None
         self.schedule: Any = None
         self.n = args.seq_len
 
@@ -74,6 +78,8 @@ class Call:
         steps.x_want = [k for k, w in enumerate(self.x_needs) if w and differentiable(args.x[k])]
         steps.aliases = aliases(args.p, self.p_want)
         self.rng0 = None if self.rng is None else self.rng.get()
+        # the module's buffers as the loop found them (a retained graph's replays start there)
+        self.buf0 = None if self.buffers is None else self.buffers.get()
         # The caller's tensors are never written: state 0 is a copy (one state's bytes).
         self.state0 = args.state([v.detach().clone() for v in args.s])
         self.schedule = self.loop.schedule_for(self)
@@ -86,7 +92,7 @@ class Call:
         return outs
 
     def new_store(self) -> TorchStore:
-        return TorchStore(open_tier(self.disk, self.state0), self.rng)
+        return TorchStore(open_tier(self.disk, self.state0), self.rng, self.buffers)
 
     def first_sweep(self, store: TorchStore) -> tuple:
         """Run the schedule to its first Reverse and tape that segment: (executor, the rest of
@@ -101,8 +107,6 @@ class Call:
                 executor.tracker.apply(first)           # raises the tracker's ScheduleError
             seg = self.steps.tape(executor.live, first.start, self.n,
                                   first.start > 0 or any(self.s_needs))
-            if self.ys is not None:
-                self.steps.plain_outputs(seg)
         except BaseException:
             close(store)
             raise
@@ -118,11 +122,13 @@ class Call:
         if g_ys is not None and all(g is None for g in g_ys):
             g_ys = None
         keep = graph_kept()
-        with self.ambient.reentered():
+        with self.ambient.reentered(), self.buffers_kept():
             if keep:
                 # A later backward needs the forward's snapshots and tape: replay all from state 0.
                 if self.rng0 is not None:
                     Rng.set(self.rng0, self.rng.devices)
+                if self.buf0 is not None:
+                    self.buffers.set(self.buf0)
                 executor = Executor(self.n, self.state0, self.new_store())
                 actions, pretaped = self.replay_schedule(), None
             else:
@@ -130,6 +136,10 @@ class Call:
                     raise RuntimeError("bincheck: this loop call's backward already ran; pass "
                                        "retain_graph=True to the first backward to run another")
                 (executor, actions, pretaped), self.pending = self.pending, None
+                if executor.live is not None and self.live_ambient is not None:
+                    # a live state held from the forward: steps from it draw and update as
+                    # the forward's did (see WhileCall.first_sweep)
+                    executor.store.set_ambient(self.live_ambient)
             store = executor.store
             sizes = getattr(self.schedule, "sizes", None)
             sweep = Sweep(self.steps, adjoint, g_ys, pretaped, any(self.s_needs),
@@ -160,6 +170,19 @@ class Call:
     def replay_schedule(self) -> Any:
         return self.schedule
 
+    @contextlib.contextmanager
+    def buffers_kept(self) -> Iterator[None]:
+        """Recomputations run on copies of the module's buffers (restored with the snapshots);
+        the module's own buffer tensors, as the forward left them, are put back on exit."""
+        if self.buffers is None:
+            yield
+            return
+        objects = self.buffers.objects()
+        try:
+            yield
+        finally:
+            self.buffers.install(objects)
+
     def backward_differentiable(self, grads: tuple, saved: tuple) -> list:
         """``create_graph=True``: differentiate the loop recomputed with its whole graph."""
         warnings.warn("bincheck.torch: backward with create_graph=True recomputes the loop with "
@@ -170,9 +193,11 @@ class Call:
         # non-tensor leaves (a float in params) are not saved tensors: take them as given
         p = [v if isinstance(given, torch.Tensor) else given for v, given in zip(p, args.p)]
         wanted = [v for v, need in zip(saved, self.needs) if need]
-        with self.ambient.reentered(), torch.enable_grad():
+        with self.ambient.reentered(), self.buffers_kept(), torch.enable_grad():
             if self.rng0 is not None:
                 Rng.set(self.rng0, self.rng.devices)
+            if self.buf0 is not None:
+                self.buffers.set(self.buf0)
             outs = self.loop.plain_graph(args, p, s, x)[0]
             pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
             if not pairs or not wanted:

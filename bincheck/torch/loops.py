@@ -21,6 +21,7 @@ graph at the loop, and the step itself may be compiled (``binomial_checkpoint(to
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -29,10 +30,10 @@ from ..runtime.front import ActionCache, Configured
 from ..runtime.front import SizeCache as BaseCache
 from ..runtime.stats import LoopStats
 from ..schedule.binomial import Plan
-from ..schedule.budget import BudgetPlan, MemoryBudget, parse_bytes
+from ..schedule.budget import BudgetPlan, MemoryBudget, memory_for, parse_bytes
 from ..schedule.simulate import simulate
 from ..schedule.validate import (check_bool, check_callable, check_disk, check_positive_int,
-                                 exactly_one_budget)
+                                 exactly_one_budget, short_repr, NUM_CKPTS_RULE)
 from ..tree import flatten, unflatten
 from .boundary import Args, aliases, differentiable
 from .function import Call, LoopFunction
@@ -90,6 +91,7 @@ class CheckpointedLoop(_TorchLoop):
         if output_fn is not None:
             check_callable("output_fn", output_fn, "output_fn(params, new_state, x) -> y")
         self.fn, self.schedule, self.seq_len = fn, schedule, schedule.seq_len
+        self.plans: dict = {}            # seq_len=None, num_ckpts: a Plan per length seen
         self.output_fn = output_fn
         self.verify = check_bool("verify", verify)
         self.preserve_rng_state = check_bool("preserve_rng_state", preserve_rng_state)
@@ -105,20 +107,37 @@ class CheckpointedLoop(_TorchLoop):
 
     @torch.compiler.disable
     def __call__(self, params: Any, init_state: Any, inputs: Any = None) -> Any:
-        return self._run(Args(params, init_state, inputs, self.seq_len))
+        return self._run(Args(params, init_state, inputs, self.length(inputs)))
+
+    def length(self, inputs: Any) -> int:
+        """The call's length: ``seq_len``, or (not given) the leading length of ``inputs``."""
+        if self.seq_len is not None:
+            return self.seq_len
+        leaves = flatten(inputs)[0]
+        if not leaves or not isinstance(leaves[0], torch.Tensor) or leaves[0].dim() == 0:
+            raise ValueError(f"this loop was built without seq_len, so each call takes its length "
+                             f"from the leading axis of inputs; got inputs={short_repr(inputs)}. "
+                             f"Pass inputs (step t receives inputs[t]) or build the loop with "
+                             f"seq_len")
+        n = int(leaves[0].shape[0])
+        if n < 1:
+            raise ValueError(f"inputs have leading length 0: a loop runs at least one step "
+                             f"(shape {tuple(leaves[0].shape)})")
+        return n
 
     @property
     def plan(self) -> Any:
-        """The schedule: fixed, or with a memory budget the plan of the last call (or preview)."""
-        return self.last_plan if self.budget is not None else self.schedule
+        """The schedule: fixed, or with a memory budget (or without ``seq_len``) the plan of the
+        last call (or preview)."""
+        return self.last_plan if self.budget is not None or self.seq_len is None else \
+            self.schedule
 
     def run_plain(self, args: Args) -> Any:
-        stats, ys = LoopStats(), Outputs() if self.output_fn is not None else None
-        steps = Steps(self.fn, self.output_fn, args, stats, ys, False, self.label)
+        # loop.stats keeps describing the last gradient: an evaluation publishes nothing
+        ys = Outputs() if self.output_fn is not None else None
+        steps = Steps(self.fn, self.output_fn, args, LoopStats(), ys, False, self.label)
         state0 = args.state([v.detach().clone() for v in args.s])
-        state = steps.advance(state0, 0, self.seq_len)
-        stats.num_steps = self.seq_len
-        self.stats = stats
+        state = steps.advance(state0, 0, args.seq_len)
         if ys is None:
             return state
         return state, unflatten(ys.y_def, ys.stacked())
@@ -126,7 +145,7 @@ class CheckpointedLoop(_TorchLoop):
     def plain_graph(self, args: Args, p: list | None, s: list, x: list) -> tuple[list, Any]:
         """The uncheckpointed loop in the current grad modes, from these leaves: its output
         leaves and the structure of ``output_fn``'s result."""
-        n, out_fn = self.seq_len, self.output_fn
+        n, out_fn = args.seq_len, self.output_fn
         ys = Outputs(keep_graph=True)
 
         def body(params: Any, state: Any) -> list:
@@ -140,8 +159,16 @@ class CheckpointedLoop(_TorchLoop):
 
     def schedule_for(self, call: Call) -> Any:
         if self.budget is None:
-            return self.schedule
-        plan = self.budget.best_plan(self.seq_len, self.schedule.memory,
+            if self.seq_len is not None:
+                return self.schedule
+            plan = self.plans.get(call.n)
+            if plan is None:
+                if len(self.plans) >= 256:        # many lengths: keep the plans bounded
+                    self.plans.clear()
+                plan = self.plans.setdefault(call.n, Plan(call.n, self.schedule.num_ckpts))
+            self.last_plan = plan
+            return plan
+        plan = self.budget.best_plan(call.n, self.schedule.memory,
                                      self.budget.sizes(call, self.disk), planned(self.disk))
         self.last_plan = plan
         return plan
@@ -153,22 +180,42 @@ class CheckpointedLoop(_TorchLoop):
     def preview(self, params: Any, init_state: Any, inputs: Any = None) -> BudgetPlan:
         """Measure one step (four evaluations of fn) and return the plan a gradient w.r.t. all
         floating-point params would use: evaluations, peak bytes, time relative to store-all."""
-        call = self.new_call(Args(params, init_state, inputs, self.seq_len))
-        call.p_want = [differentiable(v) for v in call.args.p]
-        call.steps.aliases = aliases(call.args.p, call.p_want)
-        call.state0 = call.args.state([v.detach().clone() for v in call.args.s])
+        n = self.length(inputs)
+        call = self._measuring_call(params, init_state, inputs, n)
         measured = (self.budget or SizeCache()).sizes(call, self.disk)
         if self.budget is not None:
-            plan = self.budget.best_plan(self.seq_len, self.schedule.memory, measured,
+            plan = self.budget.best_plan(n, self.schedule.memory, measured,
                                          planned(self.disk))
             self.last_plan = plan
             return plan
         sizes = measured.states_only
-        peak = getattr(self.schedule, "peak_checkpoints", None)
+        schedule = self.schedule if self.seq_len is not None else \
+            Plan(n, self.schedule.num_ckpts)
+        peak = getattr(schedule, "peak_checkpoints", None)
         if peak is None:
-            peak = simulate(self.schedule).peak_checkpoints
-        return BudgetPlan(self.seq_len, sizes.work_bytes + min(peak, self.seq_len) *
-                          sizes.state_bytes, sizes)
+            peak = simulate(schedule).peak_checkpoints
+        return BudgetPlan(n, sizes.work_bytes + min(peak, n) * sizes.state_bytes, sizes)
+
+    def _measuring_call(self, params: Any, init_state: Any, inputs: Any, n: int) -> Call:
+        """A call set up as a gradient w.r.t. every floating-point parameter and every input
+        that requires grad would be, to measure one step with."""
+        call = self.new_call(Args(params, init_state, inputs, n))
+        call.p_want = [differentiable(v) for v in call.args.p]
+        call.steps.aliases = aliases(call.args.p, call.p_want)
+        call.steps.x_want = [k for k, v in enumerate(call.args.x)
+                             if differentiable(v) and v.requires_grad]
+        call.state0 = call.args.state([v.detach().clone() for v in call.args.s])
+        return call
+
+    def memory_for(self, max_relative_time: float, params: Any, init_state: Any,
+                   inputs: Any = None) -> int:
+        """The least ``memory`` (bytes) predicted to keep a gradient within ``max_relative_time``
+        times store-all, measured on these arguments (one step, as :meth:`preview` measures
+        it; the length is the loop's, or that of ``inputs``)."""
+        n = self.length(inputs)
+        call = self._measuring_call(params, init_state, inputs, n)
+        measured = (self.budget or SizeCache()).sizes(call, self.disk)
+        return memory_for(n, max_relative_time, measured.states_only)
 
 
 class SizeCache(BaseCache):
@@ -181,7 +228,9 @@ class SizeCache(BaseCache):
             return tuple((tuple(v.shape), v.dtype, v.device) if isinstance(v, torch.Tensor)
                          else type(v) for v in leaves)
         args = call.args
-        return (sig(args.p), sig(args.s), sig(args.x), tuple(call.p_want),
+        # inputs by their per-step slice: a loop without seq_len measures once for all lengths
+        x = tuple((tuple(v.shape[1:]), v.dtype, v.device) for v in args.x)
+        return (sig(args.p), sig(args.s), x, tuple(call.p_want),
                 tuple(call.steps.x_want), disk is not None)
 
     def sizes(self, call: Call, disk: Any = None) -> Measured:
@@ -205,7 +254,7 @@ class SizeCache(BaseCache):
                    else plan.extra_seconds)
 
 
-def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None, *,
+def binomial_checkpoint(fn: Callable, seq_len: int | None = None, num_ckpts: int | None = None, *,
                         memory: int | str | None = None, output_fn: Callable | None = None,
                         verify: bool = False, disk: bool | str | None = None,
                         preserve_rng_state: bool = True, offload: Any = None) -> CheckpointedLoop:
@@ -214,7 +263,9 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
 
     ``loop = binomial_checkpoint(fn, seq_len, num_ckpts)``; ``loop(params, init_state, inputs)``
     returns the state after ``seq_len`` steps, step ``t`` receiving ``inputs[t]`` (each leaf's
-    ``t``-th slice; ``x=None`` when ``inputs`` is None). ``params`` is a tensor, a (nested)
+    ``t``-th slice; ``x=None`` when ``inputs`` is None). With ``seq_len=None`` each call takes its
+    length from the leading axis of ``inputs``, as ``lax.scan`` does (one loop for batches of
+    different lengths; plans are made per length, a measured step once for all). ``params`` is a tensor, a (nested)
     tuple/list/dict of tensors, or an ``nn.Module`` (``fn`` then receives the module, e.g.
     ``lambda cell, h, x: cell(x, h)``); ``init_state`` a tensor or a tree of tensors (integer
     leaves are carried, not differentiated). ``.backward()`` and ``torch.autograd.grad`` reach
@@ -231,14 +282,17 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     removed after the sweep or any error).
 
     ``output_fn(params, new_state, x) -> y`` gives a per-step output (a loss at every step): it
-    runs once per step on plain tensors in the forward and once under the tape when its step is
-    reversed, never in recomputations; the loop then returns ``(final_state, ys)`` with ``ys``
-    stacked along a new leading axis. ``output_fn`` must not draw random numbers.
+    runs once per step in the forward and once under the tape when its step is reversed, never
+    in recomputations (the last step's forward evaluation is taped and reused); the loop then
+    returns ``(final_state, ys)`` with ``ys`` stacked along a new leading axis. If it draws
+    random numbers (dropout) with ``preserve_rng_state=True``, recomputations run it too
+    (plain), so that ``fn``'s and ``output_fn``'s draws interleave as in the plain loop and every
+    replay draws what the forward drew.
 
     ``preserve_rng_state=True`` stores the RNG state with each checkpoint, so that dropout in
     ``fn`` draws in every recomputation what it drew in the forward, and the caller's random
     stream advances as with the plain loop. ``verify=True`` (a debugging aid) compares every
-    recomputed state with its first evaluation and raises
+    recomputed state (and ``output_fn`` result) with its first evaluation and raises
     :class:`~bincheck.NondeterministicStepError` if they differ.
 
     ``offload=True`` (with ``memory``, for states on a CUDA device) adds a tier of pinned host
@@ -253,13 +307,28 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     """
     check_callable("fn", fn, "fn(params, state, x) -> new_state")
     exactly_one_budget(num_ckpts, memory)
+    if seq_len is not None:
+        seq_len = check_positive_int("seq_len", seq_len, " or None (each call's inputs' length)")
     tier = check_offload(offload, memory, disk)
     if memory is not None:
         memory = parse_bytes(memory)
         tier = tier or check_disk(disk, memory)
-        return CheckpointedLoop(fn, MemoryBudget(check_positive_int("seq_len", seq_len), memory,
-                                                 tier), verify, output_fn, preserve_rng_state,
-                                tier)
+        return CheckpointedLoop(fn, MemoryBudget(seq_len, memory, tier), verify, output_fn,
+                                preserve_rng_state, tier)
     check_disk(disk, memory)
-    return CheckpointedLoop(fn, Plan(seq_len, num_ckpts), verify, output_fn, preserve_rng_state)
+    schedule = Plan(seq_len, num_ckpts) if seq_len is not None else \
+        PerLength(check_positive_int("num_ckpts", num_ckpts, NUM_CKPTS_RULE))
+    return CheckpointedLoop(fn, schedule, verify, output_fn, preserve_rng_state)
+
+
+@dataclass(frozen=True)
+class PerLength:
+    """The schedule of a loop built without ``seq_len``: the binomial plan with ``num_ckpts``
+    states for each call's length (``loop.plan`` is the last call's)."""
+
+    num_ckpts: int
+    seq_len: None = None
+
+    def __str__(self) -> str:
+        return f"binomial plan with {self.num_ckpts} checkpoints for each call's length"
 

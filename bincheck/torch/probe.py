@@ -45,7 +45,7 @@ from ..schedule.budget import Sizes
 from ..tree import flatten
 from .boundary import differentiable
 from .offload import PIPELINED, tier_seconds
-from .store import storage_bytes
+from .store import Buffers, storage_bytes
 from .steps import Outputs, Steps
 
 WORK_STATES = 5
@@ -60,7 +60,30 @@ class Measured:
 
 
 def probe(call: Any, disk: Any = None) -> Measured:
-    """Sizes and times of step 0 of ``call`` (its arguments, aliases and wanted inputs)."""
+    """Sizes and times of step 0 of ``call`` (its arguments, aliases and wanted inputs). The
+    probed steps update copies of the module's buffers, never its own (BatchNorm's statistics
+    are updated once per step of the loop, not by the probe); a snapshot also holds the buffers'
+    values where a step changes them."""
+    buffers = getattr(call, "buffers", None)
+    if buffers is None:
+        return _probe(call, disk)
+    before = buffers.objects()
+    try:
+        buf0 = buffers.get()
+        buffers.set(buf0)
+        measured = _probe(call, disk)
+        changed = buffers.get() is not buf0
+    finally:
+        buffers.install(before)
+    if not changed:
+        return measured
+    extra = Buffers.nbytes(buf0)
+    return Measured(*(replace(m, state_bytes=m.state_bytes + extra,
+                              work_bytes=m.work_bytes + 2 * extra)
+                      for m in (measured.states_only, measured.mixed)))
+
+
+def _probe(call: Any, disk: Any = None) -> Measured:
     src = call.steps
     stats = LoopStats()
     steps = Steps(src.fn, src.output_fn, src.args, stats, None, False, src.label)

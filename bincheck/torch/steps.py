@@ -23,17 +23,46 @@ from ..tree import LEAF, conform, describe, flatten, unflatten
 from .boundary import Args, differentiable
 
 
+def foreign_leaves(roots: list, ours: set) -> list:
+    """The tensors requiring grad that the graph of ``roots`` reaches and that are not among
+    ``ours`` (ids of the leaves a taped step may differentiate: the parameter aliases, the
+    detached input state and the taped input slices). The walk stops at leaves, so it visits
+    the step's own graph only, unless the step closed over a tensor with a graph of its own
+    (then it reports the outside leaves that graph reaches)."""
+    found: dict = {}
+    stack, seen = [], set()
+    for r in roots:
+        if isinstance(r, torch.Tensor) and r.requires_grad:
+            if r.grad_fn is not None:
+                stack.append(r.grad_fn)
+            elif id(r) not in ours:
+                found[id(r)] = r
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        var = getattr(node, "variable", None)          # AccumulateGrad: a leaf
+        if var is not None:
+            if id(var) not in ours:
+                found[id(var)] = var
+            continue
+        stack.extend(n for n, _ in node.next_functions)
+    return list(found.values())
+
+
 class Segment:
     """Steps ``start..stop-1`` taped in one graph: the detached input leaves (``ins``), the output
     leaves, each step's output state (with ``output_fn``) and the input slices taped for
     gradients (``xs[t]``: leaf index -> slice)."""
 
-    __slots__ = ("start", "stop", "ins", "outs", "states", "xs")
+    __slots__ = ("start", "stop", "ins", "outs", "states", "xs", "ys")
 
     def __init__(self, start: int, stop: int, ins: list, outs: list, states: list,
-                 xs: dict) -> None:
+                 xs: dict, ys: dict | None = None) -> None:
         self.start, self.stop, self.ins, self.outs = start, stop, ins, outs
         self.states, self.xs = states, xs
+        self.ys = ys or {}              # step -> output_fn's leaves, taped in order with fn
 
 
 class Outputs:
@@ -78,26 +107,29 @@ class Fingerprints:
     def __init__(self) -> None:
         self.seen: dict[int, list] = {}
 
-    def check(self, index: int, leaves: list, how: str) -> None:
+    def check(self, index: Any, leaves: list, how: str) -> None:
+        """``index``: a state's index, or ``("y", t)`` for step ``t``'s ``output_fn`` result."""
         prints = [(float(v.detach().double().sum()), float(v.detach().double().abs().sum()))
                   for v in leaves]
         old = self.seen.setdefault(index, prints)
         for (a, a_abs), (b, b_abs) in zip(old, prints):
             if abs(a - b) > self.RTOL * max(a_abs, b_abs, 1e-30) or \
                     abs(a_abs - b_abs) > self.RTOL * max(a_abs, b_abs, 1e-30):
+                what, fn = (f"output_fn's result at step {index[1]}", "output_fn") \
+                    if isinstance(index, tuple) else \
+                    (f"state {index} (after step {index - 1})", "fn")
                 raise NondeterministicStepError(
-                    f"verify=True: state {index} (after step {index - 1}) differs when "
-                    f"recomputed ({how}): fn is not a deterministic function of (params, state, "
-                    f"x). Random draws are reproduced only from torch's default generators "
-                    f"(preserve_rng_state=True); other randomness or state outside the "
-                    f"arguments makes the gradient wrong")
+                    f"verify=True: {what} differs when recomputed ({how}): {fn} is not a "
+                    f"deterministic function of (params, state, x). Random draws are reproduced "
+                    f"only from torch's default generators (preserve_rng_state=True); other "
+                    f"randomness or state outside the arguments makes the gradient wrong")
 
 
 class Steps:
     """The stepper of one call: plain ``advance`` and taped ``tape`` (see the module docstring)."""
 
     __slots__ = ("fn", "output_fn", "args", "stats", "ys", "label", "meta", "aliases",
-                 "x_want", "verifier", "x_versions", "track")
+                 "x_want", "verifier", "x_versions", "track", "checked", "rng", "out_draws")
 
     def __init__(self, fn: Callable, output_fn: Callable | None, args: Args, stats: LoopStats,
                  ys: Outputs | None, verify: bool = False, label: str = "fn") -> None:
@@ -112,6 +144,29 @@ class Steps:
         self.track = not torch.is_inference_mode_enabled() and not any(
             v.is_inference() for v in args.s + args.x)
         self.x_versions = [v._version for v in args.x] if self.track else []
+        self.checked: set = set()        # who ("fn", "output_fn") was checked for closures
+        self.rng: Any = None             # the call's Rng (preserve_rng_state), to watch output_fn
+        self.out_draws = False           # output_fn drew random numbers in the forward
+
+    def check_closure(self, roots: list, ins: list, xs: dict, who: str) -> None:
+        """Refuse a taped ``who`` whose graph reaches a tensor requiring grad that is not one of
+        the Function's inputs: its gradient would be silently lost (a custom Function sees
+        only its inputs). Run once per call and function, on its first taped evaluation."""
+        self.checked.add(who)
+        ours = {id(v) for v in ins}
+        ours.update(id(a) for a in self.aliases or () if isinstance(a, torch.Tensor))
+        ours.update(id(v) for d in xs.values() for v in d.values())
+        leaves = foreign_leaves(roots, ours)
+        if not leaves:
+            return
+        shapes = ", ".join(f"shape {tuple(v.shape)} {v.dtype}" for v in leaves[:6])
+        more = f" and {len(leaves) - 6} more" if len(leaves) > 6 else ""
+        raise ValueError(
+            f"{self.label if who == 'fn' else who} closes over {len(leaves)} tensor(s) that "
+            f"require grad and are not among the loop's arguments ({shapes}{more}): their "
+            f"gradient would be lost, since bincheck differentiates only what it is passed. "
+            f"Pass them (or the module holding them) in params, or detach them if they need no "
+            f"gradient")
 
     # ----------------------------------------------------------------------------- plain
     def advance(self, state: Any, start: int, stop: int) -> Any:
@@ -149,9 +204,28 @@ class Steps:
         if self.verifier is not None:
             self.verifier.check(t + 1, new, "plain")
         ys = self.ys
-        if ys is not None and self.output_fn is not None and t == ys.count:
-            ys.add(t, args.call_with(None, self.output_fn, out, x))
+        if ys is not None and self.output_fn is not None:
+            if t == ys.count:                      # first reached: the forward's output
+                self.first_output(args.given, out, x, t)
+            elif self.out_draws:                   # a replay draws what the forward drew
+                args.call_with(None, self.output_fn, out, x)
         return out
+
+    def first_output(self, params: Any, state: Any, x: Any, t: int) -> list:
+        """``output_fn`` at step ``t``, reached for the first time (in the forward): recorded,
+        fingerprinted, and watched for random draws. Its leaves (taped if grad mode is on)."""
+        rng = self.rng
+        before = rng.get() if rng is not None and not self.out_draws else None
+        y = self.output_fn(params, state, x)
+        if before is not None and rng.get() is not before:
+            # output_fn draws: replays must draw as the forward did, fn's and output_fn's
+            # numbers interleaved as in the plain loop, so replays run it too (plain)
+            self.out_draws = True
+        self.ys.add(t, y)
+        leaves = flatten(y)[0]
+        if self.verifier is not None:
+            self.verifier.check(("y", t), leaves, "first")
+        return leaves
 
     def x_moved(self) -> bool:
         """Whether an input leaf was written in place since the call began."""
@@ -223,14 +297,22 @@ class Steps:
         xs: dict = {}
         fn, check, x_taped, verifier = self.fn, self.check, self.x_taped, self.verifier
         keep = self.output_fn is not None
+        ys, y_taped = self.ys, {}
 
         def body(params: Any, st: Any) -> Any:
             for t in range(start, stop):
-                st, new = check(fn(params, st, x_taped(t, xs)), t)
+                x = x_taped(t, xs)
+                st, new = check(fn(params, st, x), t)
                 if verifier is not None:
                     verifier.check(t + 1, new, "taped")
                 if keep:
                     states.append(st)
+                    # output_fn runs here, between fn's steps, where it is first reached (the
+                    # forward) or where it draws random numbers (the stream's order)
+                    if ys is not None and t == ys.count:
+                        y_taped[t] = self.first_output(params, st, x, t)
+                    elif ys is not None and self.out_draws:
+                        y_taped[t] = self.replayed_output(params, st, x, t)
             return st
 
         # ins share their version counters with leaves (detach): a write through either shows
@@ -246,20 +328,39 @@ class Steps:
                 out = args.call_with(self.aliases, body, state_in)
         if track and ([v._version for v in leaves] != versions or (args.x and self.x_moved())):
             raise self.in_place_error(start, stop)
+        outs = [out] if single else flatten(out)[0]
+        if "fn" not in self.checked:
+            self.check_closure(outs, ins, xs, "fn")
+        if y_taped and "output_fn" not in self.checked:
+            self.check_closure([y for ls in y_taped.values() for y in ls], ins, xs, "output_fn")
         stats = self.stats
         stats.tape_seconds += time.perf_counter() - t0
         stats.taped_steps += stop - start
-        return Segment(start, stop, ins, [out] if single else flatten(out)[0], states, xs)
+        return Segment(start, stop, ins, outs, states, xs, y_taped)
+
+    def replayed_output(self, params: Any, state: Any, x: Any, t: int) -> list:
+        """``output_fn`` at step ``t`` again (taped if grad mode is on), fingerprinted."""
+        leaves = flatten(self.output_fn(params, state, x))[0]
+        if self.verifier is not None:
+            self.verifier.check(("y", t), leaves, "taped")
+        return leaves
 
     def taped_outputs(self, seg: Segment) -> list:
-        """``output_fn`` under the tape for every step of ``seg``: per step, its output leaves."""
-        args = self.args
+        """``output_fn`` under the tape for every step of ``seg``: per step, its output leaves
+        (those taped with the segment, where it ran between the steps, as they are)."""
+        args, done = self.args, seg.ys
 
         def body(params: Any) -> list:
-            return [flatten(self.output_fn(params, st, self.x_of(seg, t)))[0]
+            return [done[t] if t in done else self.replayed_output(params, st, self.x_of(seg, t), t)
                     for t, st in zip(range(seg.start, seg.stop), seg.states)]
+        if len(done) == seg.stop - seg.start:
+            return [done[t] for t in range(seg.start, seg.stop)]
         with torch.enable_grad():
-            return args.call_with(self.aliases, body)
+            out = args.call_with(self.aliases, body)
+        if "output_fn" not in self.checked:
+            self.check_closure([y for ls in out for y in ls], seg.ins,
+                               seg.xs, "output_fn")
+        return out
 
     def x_of(self, seg: Segment, t: int) -> Any:
         """Step ``t``'s input as the segment taped it (the same slices, so that gradients from
@@ -271,11 +372,3 @@ class Steps:
         for k, v in seg.xs.get(t, {}).items():
             leaves[k] = v
         return leaves[0] if args.x_def is LEAF else unflatten(args.x_def, leaves)
-
-    def plain_outputs(self, seg: Segment) -> None:
-        """Record the outputs of a segment taped in the forward, on plain values."""
-        with torch.no_grad():
-            for t, st in zip(range(seg.start, seg.stop), seg.states):
-                plain = unflatten(self.args.s_def, [v.detach() for v in flatten(st)[0]])
-                self.ys.add(t, self.args.call_with(None, self.output_fn, plain, self.args.x_at(t)
-                                                   if self.args.x else None))

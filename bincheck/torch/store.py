@@ -98,28 +98,137 @@ class Rng:
         return int(cpu.numel()) + sum(int(s.numel()) for s in cuda)
 
 
+class Buffers:
+    """The buffers of the module a loop receives as ``params`` (BatchNorm's running statistics,
+    counters), kept beside each snapshot as its RNG state is, so that every recomputed step sees
+    and updates them as the forward did, and each step's update lands once.
+
+    A snapshot keeps the buffers' values at that point of the loop: :meth:`get` hands back the
+    previous values' very object while the buffers still equal them (compared by value: BatchNorm
+    updates its statistics without moving their version counters), so a loop whose steps leave
+    the buffers alone holds one copy. A restore (:meth:`set`) installs fresh copies in the
+    module's buffer dicts instead of writing into the buffers in place: a graph may have saved
+    the buffer tensors (BatchNorm saves its statistics for its backward), and an in-place write
+    would break it. The backward puts the module's own tensors back when it ends
+    (:meth:`objects`, :meth:`install`): they hold what the forward left, as the plain loop's
+    would."""
+
+    __slots__ = ("slots", "_last")
+
+    def __init__(self, slots: list) -> None:
+        self.slots = slots               # (owner module, buffer name, index of the distinct one)
+        self._last: tuple | None = None
+
+    @classmethod
+    def of(cls, module: Any) -> "Buffers | None":
+        """The buffers of ``module`` (None if it has none)."""
+        index: dict[int, int] = {}
+        slots = []
+        for name, b in module.named_buffers(remove_duplicate=False):
+            if b is None:
+                continue
+            owner, _, attr = name.rpartition(".")
+            slots.append((module.get_submodule(owner), attr, index.setdefault(id(b), len(index))))
+        return cls(slots) if slots else None
+
+    def objects(self) -> list:
+        """The tensors the module holds now, distinct ones once (in ``slots`` order)."""
+        out: dict[int, Any] = {}
+        for owner, attr, k in self.slots:
+            out.setdefault(k, owner._buffers[attr])
+        return [out[k] for k in range(len(out))]
+
+    def get(self) -> tuple:
+        now, last = self.objects(), self._last
+        if last is None:
+            self._last = tuple(a.detach().clone() for a in now)
+            return self._last
+        same = [a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+                for a, b in zip(now, last)]
+        if all(same):
+            return last
+        # the unchanged ones are shared with the previous values
+        self._last = tuple(b if eq else a.detach().clone() for a, b, eq in zip(now, last, same))
+        return self._last
+
+    def set(self, saved: tuple) -> None:
+        """Install copies of ``saved`` in the module (its own tensors are not written)."""
+        fresh = [v.clone() for v in saved]
+        for owner, attr, k in self.slots:
+            owner._buffers[attr] = fresh[k]
+        self._last = saved
+
+    def install(self, objects: list) -> None:
+        """Put ``objects`` (from :meth:`objects`) back in the module."""
+        for owner, attr, k in self.slots:
+            owner._buffers[attr] = objects[k]
+        self._last = None
+
+    @staticmethod
+    def nbytes(saved: tuple) -> int:
+        return storage_bytes(list(saved))
+
+
 class TorchStore(MemoryStore):
     """:class:`~bincheck.runtime.store.MemoryStore` for tensors, with a version guard per
     snapshot and, with ``rng``, the RNG state kept beside each one (see the module docstring)."""
 
-    __slots__ = ("_guard", "rng", "_rng_refs", "_rng_bytes")
+    __slots__ = ("_guard", "rng", "_rng_refs", "_rng_bytes", "buffers", "given")
 
-    def __init__(self, disk: Any = None, rng: Rng | None = None) -> None:
+    def __init__(self, disk: Any = None, rng: Rng | None = None,
+                 buffers: Buffers | None = None) -> None:
         super().__init__(disk, tensor_nbytes)
         self._guard: dict[int, tuple] = {}
         self.rng = rng
         self._rng_refs: dict[int, int] = {}          # id of a kept RNG state -> snapshots
         self._rng_bytes = 0 if rng is None else rng.nbytes()
+        self.buffers = buffers
+        # what the next snapshots keep instead of the generators' and buffers' current state
+        # (a while loop's forward has run one step past the state it stores: see ambient())
+        self.given: tuple | None = None
+
+    @property
+    def watches(self) -> bool:
+        return self.rng is not None or self.buffers is not None
+
+    def ambient(self) -> tuple:
+        """The RNG state and buffer values now, as a snapshot would keep them."""
+        return (None if self.rng is None else self.rng.get(),
+                None if self.buffers is None else self.buffers.get())
+
+    def set_ambient(self, ambient: tuple) -> None:
+        rng, bufs = ambient
+        if rng is not None:
+            Rng.set(rng, self.rng.devices)
+        if bufs is not None:
+            self.buffers.set(bufs)
+
+    def _hold(self, obj: Any, nbytes: int) -> None:
+        """Count a snapshot's reference to an RNG state or buffer values, held once."""
+        refs = self._rng_refs.get(id(obj), 0)
+        self._rng_refs[id(obj)] = refs + 1
+        if not refs:
+            self.nbytes += nbytes
+
+    def _release(self, obj: Any, nbytes: int) -> None:
+        refs = self._rng_refs.pop(id(obj)) - 1
+        if refs:
+            self._rng_refs[id(obj)] = refs
+        else:
+            self.nbytes -= nbytes
 
     def put(self, index: int, state: Any, storage: str = "ram") -> None:
         leaves = [state] if isinstance(state, torch.Tensor) else flatten(state)[0]
-        rng = self.rng
+        rng, bufs = self.given or (self.rng, self.buffers)
+        if self.given is None:
+            rng = None if rng is None else rng.get()
+            bufs = None if bufs is None else bufs.get()
         if rng is not None:                  # a distinct RNG state is held once, and counted
-            rng = rng.get()
-            refs = self._rng_refs.get(id(rng), 0)
-            self._rng_refs[id(rng)] = refs + 1
-            if not refs:
-                self.nbytes += self._rng_bytes
+            self._hold(rng, self._rng_bytes)
+        if bufs is not None:
+            self._hold(bufs, Buffers.nbytes(bufs))
+        if self.buffers is not None:
+            rng = (rng, bufs)
         if storage == "disk":
             super().put(index, state, storage)
             self._guard[index] = (None, None, rng)
@@ -142,6 +251,9 @@ class TorchStore(MemoryStore):
         entry = self._states.get(index)
         state = super().get(index) if entry is None else entry[0]
         leaves, versions, rng = self._guard[index]
+        if self.buffers is not None:
+            rng, bufs = rng
+            self.buffers.set(bufs)
         if versions is not None:
             if [v._version for v in leaves] != versions:
                 raise RuntimeError(
@@ -158,12 +270,11 @@ class TorchStore(MemoryStore):
 
     def pop(self, index: int) -> Any:
         _, _, rng = self._guard.pop(index, (None, None, None))
+        if self.buffers is not None and rng is not None:
+            rng, bufs = rng
+            self._release(bufs, Buffers.nbytes(bufs))
         if rng is not None:
-            refs = self._rng_refs.pop(id(rng)) - 1
-            if refs:
-                self._rng_refs[id(rng)] = refs
-            else:
-                self.nbytes -= self._rng_bytes
+            self._release(rng, self._rng_bytes)
         entry = self._states.pop(index, None)
         if entry is None:
             return super().pop(index)                   # on disk: the disk store frees it

@@ -125,6 +125,8 @@ class Sweep:
         if [v._version for v in leaves] != versions or (xl and steps.x_moved()):
             raise steps.in_place_error(t)
         outs = steps.check(out, t)[1]
+        if "fn" not in steps.checked:
+            steps.check_closure(outs, ins, {}, "fn")
         t1 = time.perf_counter()       # one step holds no tape beside its own: no peak_held
         pulled, grads = [], []
         for o, g in zip(outs, self.adjoint):

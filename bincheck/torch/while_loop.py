@@ -52,16 +52,26 @@ class WhileCall(Call):
         loop, planner = self.loop, self.schedule
         executor = Executor(None, self.state0, store)
         steps, handoff = self.steps, _HandOff(self.steps)
+        # The loop runs a step before the planner decides to keep the state before it: a
+        # snapshot of state n-1 must keep the RNG state and buffer values from before step n-1,
+        # not the current ones, and so must the state the reversal starts from.
+        watch, before = store.watches, None
         try:
             executor.run(planner.start(), handoff)
             n, cur = 0, self.state0
             while loop.keep_going(self.args, cur, n):
                 if n >= 1:
                     handoff.handoff[n - 1] = cur
+                    store.given = before
                     executor.run(planner.advance(n), handoff)
+                    store.given = None
+                if watch:
+                    before = store.ambient()
                 cur = steps.advance(cur, n, n + 1)
                 n += 1
             executor.tracker.end_forward(n)
+            self.live_ambient = before
+            loop._num_steps = n
         except BaseException:
             close(store)
             raise
@@ -76,6 +86,7 @@ class WhileLoop(_TorchLoop):
     """``run(params, init_state)``: see :func:`checkpointed_while_loop`."""
 
     label = "body_fn"
+    _published = ("stats", "last_plan", "_num_steps")
 
     def __init__(self, cond_fn: Callable, body_fn: Callable, num_ckpts: int | None = None,
                  max_steps: int | None = None, *, memory: int | str | None = None,
@@ -99,12 +110,14 @@ class WhileLoop(_TorchLoop):
         self.budget = SizeCache() if memory is not None else None
         self.seq_len = None
         self.last_plan = None
+        self._num_steps: int | None = None
         self._freeze()
 
     @property
     def num_steps(self) -> int | None:
-        """Steps the last completed call ran (``stats.num_steps``)."""
-        return self.stats.num_steps
+        """Steps the last call ran, differentiated or not (``stats.num_steps`` is the last
+        gradient's); None before any call."""
+        return self._num_steps
 
     def __repr__(self) -> str:
         names = [getattr(f, "__name__", repr(f)) for f in (self.cond_fn, self.body_fn)]
@@ -153,15 +166,14 @@ class WhileLoop(_TorchLoop):
         return go
 
     def run_plain(self, args: Args) -> Any:
-        stats = LoopStats()
-        steps = Steps(self.fn, None, args, stats, None, False, self.label)
+        # loop.stats keeps describing the last gradient; num_steps this call's length
+        steps = Steps(self.fn, None, args, LoopStats(), None, False, self.label)
         n, state = 0, args.state([v.detach().clone() for v in args.s])
         with torch.no_grad():
             while self.keep_going(args, state, n):
                 state = steps.advance(state, n, n + 1)
                 n += 1
-        stats.num_steps = n
-        self.stats = stats
+        self._num_steps = n
         return state
 
     def plain_graph(self, args: Args, p: list | None, s: list, x: list) -> tuple[list, Any]:
