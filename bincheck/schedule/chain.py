@@ -1,0 +1,354 @@
+"""Checkpointing a chain of unequal stages: the cost- and size-aware planner.
+
+A recorded program is a chain of stages (primitive ops, or groups of them) whose times and sizes
+differ: stage ``k`` takes the values live at cut ``k`` to those live at cut ``k + 1``.
+:class:`Chain` states what each costs: ``plain[k]`` seconds to run stage ``k`` without a tape,
+``taped[k]`` seconds to run it under a tape and pull the adjoint back through it, ``tape[k]``
+bytes its tape holds, ``cuts[c]`` bytes a snapshot at cut ``c`` holds (the live set there, in
+Dauvergne and Hascoet's sense), and ``work`` bytes held beside all that (cotangents, temporaries).
+
+**The memory model** (:func:`chain_cost` checks a stream against it, action by action): bytes
+held = ``work`` + the stored snapshots' ``cuts`` + the live cut's if it is not stored; while stage
+``k`` runs plain, its output cut too; while ``Reverse(a, b)`` runs, the tapes of stages
+``a..b-1``. With ``num_ckpts`` instead, at most that many snapshots are held (cut 0 included,
+Revolve's convention) and one stage is taped at a time.
+
+**The planner** solves, for the state at cut ``i`` stored and the adjoint at cut ``j``, with
+``m`` bytes free::
+
+    C(i, j, m) = min( sum taped[i..j-1]                        if sum tape[i..j-1] <= m
+                      F(i, k) + C(k, j, m - cuts[k]) + C(i, k, m)   for i < k < j,
+                      if cuts[k] <= m and every stage of the advance fits )
+
+(advance plainly to ``k``, store it, reverse ``k..j`` below it, restore ``i``, reverse ``i..k``),
+the recursion of rotor's "persistent" schedules (Beaumont et al. 2019) in bincheck's actions. With
+``num_ckpts``, ``m`` counts snapshots and a segment is one stage, tapeable also from a live cut
+that is not stored (Revolve's last step: on uniform unit chains it gives ``t(l, s)``). Bytes are
+rounded up to ``units`` equal parts of the free memory, so a plan always fits its budget, and
+the DP is exact for the rounded chain (exact when the bytes are whole units). The DP costs
+``O(n^3 units / 6)`` elementwise work in numpy, ``O(n^2)`` vector operations; a chain longer than
+``max_stages`` is first grouped (:func:`group`) into that many stages, cutting where the live
+bytes are small, and the plan of the groups runs on the stages.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from .actions import Action, Advance, Free, Restore, Reverse, Snapshot
+from .binomial import Plan
+from .simulate import ScheduleError, Tracker
+from .validate import check_positive_int, short_repr
+
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class Chain:
+    """Per-stage seconds and bytes of a chain of ``n`` stages and its ``n + 1`` cuts."""
+
+    plain: tuple
+    taped: tuple
+    tape: tuple
+    cuts: tuple
+    work: int = 0
+
+    def __post_init__(self) -> None:
+        n = len(self.plain)
+        if n < 1:
+            raise ValueError("a chain has at least one stage; got plain=()")
+        for name, want in (("taped", n), ("tape", n), ("cuts", n + 1)):
+            got = len(getattr(self, name))
+            if got != want:
+                raise ValueError(f"{name} must have {want} entries for {n} stages "
+                                 f"(cuts: one more than stages); got {got}")
+        for name in ("plain", "taped", "tape", "cuts"):
+            values = getattr(self, name)
+            object.__setattr__(self, name, tuple(values))
+            bad = [v for v in values if not isinstance(v, (int, float)) or isinstance(v, bool)
+                   or not v >= 0 or v == INF]
+            if bad:
+                raise ValueError(f"{name} must hold finite numbers >= 0; got {short_repr(bad[0])}")
+        if not isinstance(self.work, int) or isinstance(self.work, bool) or self.work < 0:
+            raise ValueError(f"work must be an int of bytes >= 0; got {short_repr(self.work)}")
+
+    @property
+    def n(self) -> int:
+        return len(self.plain)
+
+
+@dataclass(frozen=True)
+class ChainCost:
+    """What a stream costs on a chain: seconds, stage evaluations, peak bytes and snapshots."""
+
+    plain_seconds: float
+    taped_seconds: float
+    plain_stages: int
+    taped_stages: int
+    peak_bytes: int
+    peak_snapshots: int
+
+    @property
+    def seconds(self) -> float:
+        return self.plain_seconds + self.taped_seconds
+
+
+def chain_cost(chain: Chain, actions: Iterator[Action]) -> ChainCost:
+    """Run ``actions`` on ``chain`` symbolically (:class:`~.simulate.Tracker` checks every
+    action) and price it with the module's memory model."""
+    tracker = Tracker(chain.n)
+    cuts, tape = chain.cuts, chain.tape
+    stored: set = set()
+    plain_s = taped_s = 0.0
+    held = peak = chain.work
+    live = 0
+
+    def live_bytes() -> int:
+        return 0 if live is None or live in stored else cuts[live]
+    for action in actions:
+        tracker.apply(action)
+        kind = type(action)
+        base = chain.work + sum(cuts[c] for c in stored)
+        if kind is Advance:
+            for k in range(action.start, action.stop):
+                held = base + (0 if k in stored else cuts[k]) + cuts[k + 1]
+                peak = max(peak, held)
+                plain_s += chain.plain[k]
+            live = action.stop
+        elif kind is Reverse:
+            peak = max(peak, base + live_bytes() + sum(tape[action.start:action.stop]))
+            taped_s += sum(chain.taped[action.start:action.stop])
+            live = None
+        elif kind is Snapshot:
+            stored.add(action.index)
+        elif kind is Restore:
+            live = action.index
+        elif kind is Free:
+            stored.discard(action.index)
+        peak = max(peak, chain.work + sum(cuts[c] for c in stored) + live_bytes())
+    tracker.finish()
+    return ChainCost(plain_s, taped_s, tracker.plain_steps, tracker.taped_steps, peak,
+                     tracker.peak_checkpoints)
+
+
+class ChainPlan:
+    """The optimal schedule for a :class:`Chain` within ``num_ckpts`` snapshots or ``memory``
+    bytes: iterate it for the actions. ``seconds``, ``peak_bytes``, ``plain_stages`` and
+    ``taped_stages`` are its predictions (:func:`chain_cost` of its actions)."""
+
+    def __init__(self, chain: Chain, num_ckpts: int | None = None, memory: int | None = None,
+                 units: int = 128, max_stages: int = 64) -> None:
+        if (num_ckpts is None) == (memory is None):
+            raise ValueError("pass exactly one of num_ckpts (snapshots held at once, cut 0 "
+                             "included) and memory (bytes)")
+        self.chain, self.num_ckpts, self.memory = chain, num_ckpts, memory
+        units = check_positive_int("units", units)
+        max_stages = check_positive_int("max_stages", max_stages)
+        self.groups = self.revolve = None
+        if num_ckpts is not None:
+            num_ckpts = check_positive_int("num_ckpts", num_ckpts)
+            if chain.n > max_stages:
+                # one stage taped at a time: grouping would tape groups. Revolve's plan, optimal
+                # in stage counts (exactly t(n, s)), not weighted by the stages' times.
+                self.revolve = Plan(chain.n, num_ckpts)
+            else:
+                self._choice = _solve(chain, min(num_ckpts - 1, chain.n), None)
+        else:
+            self.groups = group(chain, max_stages) if chain.n > max_stages else None
+            coarse = chain if self.groups is None else grouped(chain, self.groups)
+            need = minimum_memory(coarse)
+            if memory < need:
+                raise ValueError(f"memory={memory} bytes is below the least this chain needs: "
+                                 f"the input ({chain.cuts[0]} bytes), the working set and the "
+                                 f"largest stage advanced or taped alone, {need} bytes in all")
+            self._choice = _by_bytes(coarse, memory - coarse.work - coarse.cuts[0], units)
+        cost = chain_cost(chain, iter(self))
+        self.seconds, self.peak_bytes = cost.seconds, cost.peak_bytes
+        self.plain_stages, self.taped_stages = cost.plain_stages, cost.taped_stages
+        self.peak_snapshots = cost.peak_snapshots
+
+    @property
+    def seq_len(self) -> int:
+        return self.chain.n
+
+    def __iter__(self) -> Iterator[Action]:
+        if self.revolve is not None:
+            yield from self.revolve
+            return
+        bounds = list(range(self.chain.n + 1)) if self.groups is None else self.groups
+        choice = self._choice
+        m0 = choice.top
+        yield Snapshot(0)
+        # an explicit stack: (i, j, m) sub-problems, or actions to emit between them
+        stack: list = [(0, len(bounds) - 1, m0)]
+        while stack:
+            item = stack.pop()
+            if not isinstance(item, tuple):
+                yield item
+                continue
+            i, j, m = item
+            k, live = choice(i, j, m)
+            a, b = bounds[i], bounds[j]
+            if k == j:                          # tape the whole segment from the stored cut
+                yield Reverse(a, b)
+                continue
+            c = bounds[k]
+            if c > a:
+                yield Advance(a, c)
+            if live:                            # tape k..j from the live cut, store nothing
+                yield Reverse(c, b)
+                stack.append((i, k, m))
+                stack.append(Restore(a))
+                continue
+            yield Snapshot(c)
+            stack.append((i, k, m))
+            stack.append(Restore(a))
+            stack.append(Free(c))
+            stack.append((k, j, m - choice.cost_of(k)))
+        yield Free(0)
+
+
+def minimum_memory(chain: Chain) -> int:
+    """The least bytes any schedule of ``chain`` needs: cut 0 and the working set, with each
+    stage advanced to (two adjacent cuts) and taped alone from its input cut."""
+    cuts = chain.cuts
+    need = max(max((cuts[k] if k else 0) + chain.tape[k] for k in range(chain.n)),
+               max(((cuts[t] if t else 0) + cuts[t + 1] for t in range(chain.n - 1)), default=0))
+    return chain.work + cuts[0] + need
+
+
+def _by_bytes(chain: Chain, free: int, units: int) -> "_Choice":
+    """The DP in memory units: whole bytes' common divisor where that needs at most ``16 *
+    units`` of them (the exact model), else ``units`` equal parts of ``free`` rounded up, then
+    finer; where rounding leaves nothing feasible, the one-snapshot plan (its peak is
+    :func:`minimum_memory`, which the caller checked)."""
+    whole = math.gcd(free, *chain.cuts, *chain.tape)
+    if whole and free // whole <= 16 * units:
+        return _solve(chain, free // whole, whole)
+    for parts in (units, 4 * units, 16 * units):
+        unit = max(1, math.ceil(free / parts))
+        try:
+            return _solve(chain, free // unit, unit)
+        except ValueError:
+            pass
+    return _solve(chain, 0, None)
+
+
+def _solve(chain: Chain, slots: int, unit: int | None) -> "_Choice":
+    """The DP of the module docstring over ``m`` in ``0..slots``: snapshots (``unit`` None) or
+    memory in units of ``unit`` bytes, vectorised over ``m`` and the split ``k``."""
+    n, size = chain.n, slots + 1
+    plain = np.concatenate([[0.0], np.cumsum(chain.plain)])
+    taped = np.concatenate([[0.0], np.cumsum(chain.taped)])
+    tape = np.concatenate([[0], np.cumsum(chain.tape)])
+    ms = np.arange(size)
+    if unit is None:
+        cost = np.ones(n + 1, dtype=np.int64)
+        adv = np.zeros((n + 1, n + 1), dtype=np.int64)
+    else:
+        cost = np.array([math.ceil(c / unit) for c in chain.cuts], dtype=np.int64)
+        first = [math.ceil(chain.cuts[t + 1] / unit) for t in range(n)]
+        pair = [math.ceil((chain.cuts[t] + chain.cuts[t + 1]) / unit) for t in range(n)]
+        adv = np.zeros((n + 1, n + 1), dtype=np.int64)   # adv[i, k]: advancing i -> k holds
+        for i in range(n):
+            run = first[i]
+            for k in range(i + 1, n + 1):
+                adv[i, k] = run
+                if k < n:
+                    run = max(run, pair[k])
+    # left[i, k] = C(i, k, .); right[j, k] = C(k, j, . - cost[k]) (INF where m < cost[k])
+    left = np.full((n + 1, n + 1, size), INF)
+    right = np.full((n + 1, n + 1, size), INF)
+    arg = np.zeros((n + 1, n + 1, size), dtype=np.int32)
+    live = np.zeros((n + 1, n + 1, size), dtype=bool)
+    for d in range(1, n + 1):
+        for i in range(n - d + 1):
+            j = i + d
+            if unit is None:
+                need = 0 if d == 1 else size
+            else:
+                need = math.ceil((tape[j] - tape[i]) / unit)
+            best = np.where(ms >= need, taped[j] - taped[i], INF)
+            choice = np.full(size, j, dtype=np.int32)
+            kept = np.zeros(size, dtype=bool)
+            if d > 1:
+                ks = slice(i + 1, j)
+                total = (plain[ks] - plain[i])[:, None] + right[j, ks] + left[i, ks]
+                total[ms[None, :] < adv[i, ks][:, None]] = INF
+                at = np.argmin(total, axis=0)
+                low = total[at, ms]
+                better = low < best
+                best = np.where(better, low, best)
+                choice[better] = at[better] + i + 1
+                if unit is None:               # Revolve's last step: taped from the live cut
+                    last = plain[j - 1] - plain[i] + taped[j] - taped[j - 1] + left[i, j - 1]
+                    better = last < best
+                    best = np.where(better, last, best)
+                    choice[better] = j - 1
+                    kept[better] = True
+            left[i, j] = best
+            arg[i, j], live[i, j] = choice, kept
+            c = int(cost[i])
+            if i > 0 and c < size:
+                right[j, i, c:] = best[:size - c]
+    if not np.isfinite(left[0, n, slots]):
+        raise ValueError("no schedule of this chain fits: give more snapshots or memory")
+    return _Choice(arg, live, cost, slots, float(left[0, n, slots]),
+                   left.nbytes + right.nbytes + arg.nbytes + live.nbytes)
+
+
+class _Choice:
+    """The DP's decisions: ``choice(i, j, m)`` is ``(k, live)``; ``k == j`` tapes ``i..j``."""
+
+    __slots__ = ("arg", "live", "cost", "top", "seconds", "table_bytes")
+
+    def __init__(self, arg, live, cost, top, seconds, table_bytes) -> None:
+        self.arg, self.live, self.cost, self.top = arg, live, cost, top
+        self.seconds, self.table_bytes = seconds, table_bytes
+
+    def __call__(self, i: int, j: int, m: int) -> tuple[int, bool]:
+        return int(self.arg[i, j, m]), bool(self.live[i, j, m])
+
+    def cost_of(self, k: int) -> int:
+        return int(self.cost[k])
+
+
+def group(chain: Chain, stages: int) -> list[int]:
+    """Cuts ``0 = c_0 < ... < c_g = n`` grouping ``chain`` into ``g <= stages`` stages of about
+    equal plain time, each boundary moved to the cut with the fewest bytes within half a group of
+    where equal times would put it (a snapshot there is cheapest)."""
+    n = chain.n
+    if stages >= n:
+        return list(range(n + 1))
+    total = np.cumsum((0.0,) + chain.plain)
+    width = max(1, n // (2 * stages))
+    bounds = [0]
+    for g in range(1, stages):
+        target = int(np.searchsorted(total, total[-1] * g / stages))
+        lo, hi = max(bounds[-1] + 1, target - width), min(n - 1, target + width)
+        if lo > hi:
+            continue
+        window = chain.cuts[lo:hi + 1]
+        bounds.append(lo + int(np.argmin(window)))
+    bounds.append(n)
+    return sorted(set(bounds))
+
+
+def grouped(chain: Chain, bounds: list[int]) -> Chain:
+    """The chain of the groups ``bounds[g]..bounds[g+1]-1``: summed times and tapes, each
+    group's boundary cuts; a group's advance holds its largest pair of adjacent cuts (its
+    ``work`` takes the excess over the boundary pair)."""
+    plain = [sum(chain.plain[a:b]) for a, b in zip(bounds, bounds[1:])]
+    taped = [sum(chain.taped[a:b]) for a, b in zip(bounds, bounds[1:])]
+    tape = [sum(chain.tape[a:b]) for a, b in zip(bounds, bounds[1:])]
+    cuts = [chain.cuts[c] for c in bounds]
+    inner = max((chain.cuts[t] + chain.cuts[t + 1] for t in range(chain.n)), default=0)
+    return Chain(plain, taped, tape, cuts, chain.work + inner)
+
+
+__all__ = ["Chain", "ChainPlan", "ChainCost", "chain_cost", "group", "grouped",
+           "minimum_memory", "ScheduleError"]
