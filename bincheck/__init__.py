@@ -7,19 +7,21 @@ The planning layer (``plan``, ``simulate``, the actions, ``EqualSegments``) and 
 
 from typing import Any
 
-from .runtime import Executor, LoopStats
+from .runtime import Executor, LoopStats, ProgramStats
 from .schedule import (Advance, BudgetPlan, Cost, EqualSegments, Free, Plan, Restore, Reverse,
                        ScheduleError, Sizes, Snapshot, memory_for, optimal_plain_steps,
                        parse_bytes, plan, simulate)
 
 _AUTOGRAD_NAMES = ("binomial_checkpoint", "checkpointed_while_loop", "CheckpointedLoop",
-                   "WhileLoop", "NondeterministicStepError")
+                   "WhileLoop", "NondeterministicStepError", "checkpoint_program",
+                   "CheckpointedProgram")
 
 __all__ = ["binomial_checkpoint", "checkpointed_while_loop", "WhileLoop",
            "NondeterministicStepError", "CheckpointedLoop", "LoopStats", "EqualSegments", "plan",
            "Plan", "optimal_plain_steps", "simulate", "Cost", "ScheduleError", "Executor",
            "Advance", "Snapshot", "Restore", "Free", "Reverse", "BudgetPlan", "Sizes",
-           "memory_for", "parse_bytes"]
+           "memory_for", "parse_bytes", "checkpoint_program", "CheckpointedProgram",
+           "ProgramStats"]
 __version__ = "0.2.0"
 
 

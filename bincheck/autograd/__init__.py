@@ -13,12 +13,16 @@ One concept per module, imports flowing one way (``loops`` -> ``primitives`` -> 
 * :mod:`.loops`      the schedule-driven front end, ``binomial_checkpoint``
 * :mod:`.while_loop` the front end for loops of unknown length, ``checkpointed_while_loop``
 * :mod:`.budgets`    byte budgets: a step measured once (:mod:`.probe`), a plan per call
+* :mod:`.trace`      recording any program's primitive ops compactly; live sets
+* :mod:`.program`    ``checkpoint_program``: a recorded program planned and replayed
 """
 
 from .boundary import InternalError
 from .loops import CheckpointedLoop, binomial_checkpoint
+from .program import CheckpointedProgram, checkpoint_program
 from .while_loop import WhileLoop, checkpointed_while_loop
 from .verify import NondeterministicStepError
 
 __all__ = ["CheckpointedLoop", "WhileLoop", "binomial_checkpoint", "checkpointed_while_loop",
-           "NondeterministicStepError", "InternalError"]
+           "NondeterministicStepError", "InternalError", "checkpoint_program",
+           "CheckpointedProgram"]

@@ -7,7 +7,8 @@ is what one gradient did. The autograd adapter supplies the stepper; nothing her
 
 from .errors import NondeterministicStepError
 from .executor import Executor, Observer, Stepper
-from .stats import LoopStats
+from .stats import LoopStats, ProgramStats
 from .store import MemoryStore, Store
 
-__all__ = ["NondeterministicStepError", "Executor", "Observer", "Stepper", "LoopStats", "MemoryStore", "Store"]
+__all__ = ["NondeterministicStepError", "Executor", "Observer", "Stepper", "LoopStats", "ProgramStats",
+           "MemoryStore", "Store"]

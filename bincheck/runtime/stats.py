@@ -91,3 +91,32 @@ class LoopStats:
         """Time inside the library not spent in steps, taping or backward passes."""
         return self.library_seconds - self.plain_seconds - self.tape_seconds - \
             self.backward_seconds
+
+
+@dataclass
+class ProgramStats:
+    """What one gradient through a checkpointed program did (``g.stats``).
+
+    ``ops``: primitive ops recorded; ``plain_ops``: op evaluations without a tape, the recording
+    forward's included (as a loop's ``plain_steps`` count its forward's steps); ``taped_ops``:
+    those run under a tape; ``stages``: the chain the plan was made on (ops, or groups of them);
+    ``snapshots``: the most snapshots held at once (the empty one at cut 0 included, Revolve's
+    convention); ``snapshot_bytes``: the most bytes they held at once (live sets, by reference);
+    ``trace_bytes``: what the recorded trace holds; ``peak_bytes``: the library's own count of
+    the most held at once (the trace, snapshots, and the plan's predicted tapes and working
+    set); times in seconds, as :class:`LoopStats`'s, ``plan_seconds`` for planning."""
+
+    ops: int = 0
+    plain_ops: int = 0
+    taped_ops: int = 0
+    stages: int = 0
+    snapshots: int = 0
+    snapshot_bytes: int = 0
+    trace_bytes: int = 0
+    peak_bytes: int = 0
+    record_seconds: float = 0.0
+    plan_seconds: float = 0.0
+    plain_seconds: float = 0.0
+    tape_seconds: float = 0.0
+    backward_seconds: float = 0.0
+    library_seconds: float = 0.0

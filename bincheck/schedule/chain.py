@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -47,14 +47,15 @@ from .validate import check_positive_int, short_repr
 INF = float("inf")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Chain:
-    """Per-stage seconds and bytes of a chain of ``n`` stages and its ``n + 1`` cuts."""
+    """Per-stage seconds and bytes of a chain of ``n`` stages and its ``n + 1`` cuts (numpy
+    arrays: float seconds, integer bytes; any sequence of numbers is accepted)."""
 
-    plain: tuple
-    taped: tuple
-    tape: tuple
-    cuts: tuple
+    plain: Any
+    taped: Any
+    tape: Any
+    cuts: Any
     work: int = 0
 
     def __post_init__(self) -> None:
@@ -67,14 +68,24 @@ class Chain:
                 raise ValueError(f"{name} must have {want} entries for {n} stages "
                                  f"(cuts: one more than stages); got {got}")
         for name in ("plain", "taped", "tape", "cuts"):
-            values = getattr(self, name)
-            object.__setattr__(self, name, tuple(values))
-            bad = [v for v in values if not isinstance(v, (int, float)) or isinstance(v, bool)
-                   or not v >= 0 or v == INF]
-            if bad:
-                raise ValueError(f"{name} must hold finite numbers >= 0; got {short_repr(bad[0])}")
-        if not isinstance(self.work, int) or isinstance(self.work, bool) or self.work < 0:
+            values = np.asarray(getattr(self, name))
+            if values.dtype.kind not in "iuf" or not np.all(np.isfinite(values)) or \
+                    np.any(values < 0):
+                raise ValueError(f"{name} must hold finite numbers >= 0; got "
+                                 f"{short_repr(getattr(self, name))}")
+            if name in ("tape", "cuts"):
+                if np.any(values != np.floor(values)):
+                    raise ValueError(f"{name} must hold whole bytes; got {short_repr(values)}")
+                values = values.astype(np.int64, copy=False)
+            else:
+                values = values.astype(np.float64, copy=False)
+            values = values.view()              # read-only, never the caller's array
+            values.flags.writeable = False
+            object.__setattr__(self, name, values)
+        if not isinstance(self.work, (int, np.integer)) or isinstance(self.work, bool) or \
+                self.work < 0:
             raise ValueError(f"work must be an int of bytes >= 0; got {short_repr(self.work)}")
+        object.__setattr__(self, "work", int(self.work))
 
     @property
     def n(self) -> int:
@@ -101,7 +112,8 @@ def chain_cost(chain: Chain, actions: Iterator[Action]) -> ChainCost:
     """Run ``actions`` on ``chain`` symbolically (:class:`~.simulate.Tracker` checks every
     action) and price it with the module's memory model."""
     tracker = Tracker(chain.n)
-    cuts, tape = chain.cuts, chain.tape
+    cuts, tape = chain.cuts.tolist(), chain.tape.tolist()
+    plain, taped = chain.plain.tolist(), chain.taped.tolist()
     stored: set = set()
     plain_s = taped_s = 0.0
     held = peak = chain.work
@@ -117,11 +129,11 @@ def chain_cost(chain: Chain, actions: Iterator[Action]) -> ChainCost:
             for k in range(action.start, action.stop):
                 held = base + (0 if k in stored else cuts[k]) + cuts[k + 1]
                 peak = max(peak, held)
-                plain_s += chain.plain[k]
+                plain_s += plain[k]
             live = action.stop
         elif kind is Reverse:
             peak = max(peak, base + live_bytes() + sum(tape[action.start:action.stop]))
-            taped_s += sum(chain.taped[action.start:action.stop])
+            taped_s += sum(taped[action.start:action.stop])
             live = None
         elif kind is Snapshot:
             stored.add(action.index)
@@ -141,13 +153,22 @@ class ChainPlan:
     ``taped_stages`` are its predictions (:func:`chain_cost` of its actions)."""
 
     def __init__(self, chain: Chain, num_ckpts: int | None = None, memory: int | None = None,
-                 units: int = 128, max_stages: int = 64) -> None:
+                 units: int = 128, max_stages: int = 64,
+                 table_budget: int | None = None) -> None:
         if (num_ckpts is None) == (memory is None):
             raise ValueError("pass exactly one of num_ckpts (snapshots held at once, cut 0 "
                              "included) and memory (bytes)")
         self.chain, self.num_ckpts, self.memory = chain, num_ckpts, memory
         units = check_positive_int("units", units)
         max_stages = check_positive_int("max_stages", max_stages)
+        if table_budget is not None:
+            # coarser memory units first, then fewer stages, until the DP's tables fit
+            while table_bytes(min(max_stages, chain.n), units) > table_budget and units > 8:
+                units //= 2
+            while table_bytes(min(max_stages, chain.n), units) > table_budget and \
+                    max_stages > 4:
+                max_stages //= 2
+        self.table_bytes = 0
         self.groups = self.revolve = None
         if num_ckpts is not None:
             num_ckpts = check_positive_int("num_ckpts", num_ckpts)
@@ -165,20 +186,27 @@ class ChainPlan:
                 raise ValueError(f"memory={memory} bytes is below the least this chain needs: "
                                  f"the input ({chain.cuts[0]} bytes), the working set and the "
                                  f"largest stage advanced or taped alone, {need} bytes in all")
-            self._choice = _by_bytes(coarse, memory - coarse.work - coarse.cuts[0], units)
+            # with a table budget, the units it allows are the finest tried
+            self._choice = _by_bytes(coarse, memory - coarse.work - int(coarse.cuts[0]), units,
+                                     16 if table_budget is None else 1)
+        self.table_bytes = self._choice.table_bytes if self.revolve is None else 0
+        self._actions = None if self.revolve is not None else tuple(self._walk())
+        self._choice = None                     # the DP's tables are freed once walked
         cost = chain_cost(chain, iter(self))
         self.seconds, self.peak_bytes = cost.seconds, cost.peak_bytes
         self.plain_stages, self.taped_stages = cost.plain_stages, cost.taped_stages
         self.peak_snapshots = cost.peak_snapshots
+        self.seq_len = chain.n
+        self.stages = chain.n if self.groups is None else len(self.groups) - 1
 
-    @property
-    def seq_len(self) -> int:
-        return self.chain.n
+    def release(self) -> None:
+        """Drop the chain (its per-stage tuples): only the actions are needed to run the plan."""
+        self.chain = None
 
     def __iter__(self) -> Iterator[Action]:
-        if self.revolve is not None:
-            yield from self.revolve
-            return
+        return iter(self.revolve if self.revolve is not None else self._actions)
+
+    def _walk(self) -> Iterator[Action]:
         bounds = list(range(self.chain.n + 1)) if self.groups is None else self.groups
         choice = self._choice
         m0 = choice.top
@@ -215,21 +243,23 @@ class ChainPlan:
 def minimum_memory(chain: Chain) -> int:
     """The least bytes any schedule of ``chain`` needs: cut 0 and the working set, with each
     stage advanced to (two adjacent cuts) and taped alone from its input cut."""
-    cuts = chain.cuts
-    need = max(max((cuts[k] if k else 0) + chain.tape[k] for k in range(chain.n)),
-               max(((cuts[t] if t else 0) + cuts[t + 1] for t in range(chain.n - 1)), default=0))
-    return chain.work + cuts[0] + need
+    cuts = chain.cuts.copy()
+    cuts[0] = 0                                   # cut 0 is counted once, below
+    need = int(np.max(cuts[:-1] + chain.tape))
+    if chain.n > 1:
+        need = max(need, int(np.max(cuts[:-2] + cuts[1:-1])))
+    return chain.work + int(chain.cuts[0]) + need
 
 
-def _by_bytes(chain: Chain, free: int, units: int) -> "_Choice":
-    """The DP in memory units: whole bytes' common divisor where that needs at most ``16 *
+def _by_bytes(chain: Chain, free: int, units: int, finer: int = 16) -> "_Choice":
+    """The DP in memory units: whole bytes' common divisor where that needs at most ``finer *
     units`` of them (the exact model), else ``units`` equal parts of ``free`` rounded up, then
-    finer; where rounding leaves nothing feasible, the one-snapshot plan (its peak is
-    :func:`minimum_memory`, which the caller checked)."""
-    whole = math.gcd(free, *chain.cuts, *chain.tape)
-    if whole and free // whole <= 16 * units:
+    finer (up to ``finer`` times as many); where rounding leaves nothing feasible, the
+    one-snapshot plan (its peak is :func:`minimum_memory`, which the caller checked)."""
+    whole = math.gcd(int(free), int(np.gcd.reduce(np.concatenate([chain.cuts, chain.tape]))))
+    if whole and free // whole <= finer * units:
         return _solve(chain, free // whole, whole)
-    for parts in (units, 4 * units, 16 * units):
+    for parts in sorted({units, min(4, finer) * units, finer * units}):
         unit = max(1, math.ceil(free / parts))
         try:
             return _solve(chain, free // unit, unit)
@@ -250,9 +280,9 @@ def _solve(chain: Chain, slots: int, unit: int | None) -> "_Choice":
         cost = np.ones(n + 1, dtype=np.int64)
         adv = np.zeros((n + 1, n + 1), dtype=np.int64)
     else:
-        cost = np.array([math.ceil(c / unit) for c in chain.cuts], dtype=np.int64)
-        first = [math.ceil(chain.cuts[t + 1] / unit) for t in range(n)]
-        pair = [math.ceil((chain.cuts[t] + chain.cuts[t + 1]) / unit) for t in range(n)]
+        cost = -(-chain.cuts // unit)
+        first = (-(-chain.cuts[1:] // unit)).tolist()
+        pair = (-(-(chain.cuts[:-1] + chain.cuts[1:]) // unit)).tolist()
         adv = np.zeros((n + 1, n + 1), dtype=np.int64)   # adv[i, k]: advancing i -> k holds
         for i in range(n):
             run = first[i]
@@ -260,10 +290,9 @@ def _solve(chain: Chain, slots: int, unit: int | None) -> "_Choice":
                 adv[i, k] = run
                 if k < n:
                     run = max(run, pair[k])
-    # left[i, k] = C(i, k, .); right[j, k] = C(k, j, . - cost[k]) (INF where m < cost[k])
+    # left[i, k] = C(i, k, .); the right part C(k, j, m - cost[k]) is read from left[k, j]
     left = np.full((n + 1, n + 1, size), INF)
-    right = np.full((n + 1, n + 1, size), INF)
-    arg = np.zeros((n + 1, n + 1, size), dtype=np.int32)
+    arg = np.zeros((n + 1, n + 1, size), dtype=np.int16)
     live = np.zeros((n + 1, n + 1, size), dtype=bool)
     for d in range(1, n + 1):
         for i in range(n - d + 1):
@@ -273,11 +302,14 @@ def _solve(chain: Chain, slots: int, unit: int | None) -> "_Choice":
             else:
                 need = math.ceil((tape[j] - tape[i]) / unit)
             best = np.where(ms >= need, taped[j] - taped[i], INF)
-            choice = np.full(size, j, dtype=np.int32)
+            choice = np.full(size, j, dtype=np.int16)
             kept = np.zeros(size, dtype=bool)
             if d > 1:
                 ks = slice(i + 1, j)
-                total = (plain[ks] - plain[i])[:, None] + right[j, ks] + left[i, ks]
+                shifted = ms[None, :] - cost[ks][:, None]
+                right = np.take_along_axis(left[ks, j], np.maximum(shifted, 0), axis=1)
+                right[shifted < 0] = INF
+                total = (plain[ks] - plain[i])[:, None] + right + left[i, ks]
                 total[ms[None, :] < adv[i, ks][:, None]] = INF
                 at = np.argmin(total, axis=0)
                 low = total[at, ms]
@@ -292,13 +324,17 @@ def _solve(chain: Chain, slots: int, unit: int | None) -> "_Choice":
                     kept[better] = True
             left[i, j] = best
             arg[i, j], live[i, j] = choice, kept
-            c = int(cost[i])
-            if i > 0 and c < size:
-                right[j, i, c:] = best[:size - c]
     if not np.isfinite(left[0, n, slots]):
         raise ValueError("no schedule of this chain fits: give more snapshots or memory")
     return _Choice(arg, live, cost, slots, float(left[0, n, slots]),
-                   left.nbytes + right.nbytes + arg.nbytes + live.nbytes)
+                   left.nbytes + arg.nbytes + live.nbytes)
+
+
+def table_bytes(stages: int, units: int) -> int:
+    """The DP's tables for ``stages`` stages and ``units`` memory units (float64 costs, int16
+    choices, a flag) and its largest temporaries, which planning holds at once (freed when the
+    plan is made)."""
+    return (stages + 1) ** 2 * (units + 1) * 11 + 6 * (stages + 1) * (units + 1) * 8
 
 
 class _Choice:
@@ -324,7 +360,7 @@ def group(chain: Chain, stages: int) -> list[int]:
     n = chain.n
     if stages >= n:
         return list(range(n + 1))
-    total = np.cumsum((0.0,) + chain.plain)
+    total = np.concatenate([[0.0], np.cumsum(chain.plain)])
     width = max(1, n // (2 * stages))
     bounds = [0]
     for g in range(1, stages):
@@ -342,12 +378,12 @@ def grouped(chain: Chain, bounds: list[int]) -> Chain:
     """The chain of the groups ``bounds[g]..bounds[g+1]-1``: summed times and tapes, each
     group's boundary cuts; a group's advance holds its largest pair of adjacent cuts (its
     ``work`` takes the excess over the boundary pair)."""
-    plain = [sum(chain.plain[a:b]) for a, b in zip(bounds, bounds[1:])]
-    taped = [sum(chain.taped[a:b]) for a, b in zip(bounds, bounds[1:])]
-    tape = [sum(chain.tape[a:b]) for a, b in zip(bounds, bounds[1:])]
-    cuts = [chain.cuts[c] for c in bounds]
-    inner = max((chain.cuts[t] + chain.cuts[t + 1] for t in range(chain.n)), default=0)
-    return Chain(plain, taped, tape, cuts, chain.work + inner)
+    b = np.asarray(bounds)
+    plain = np.add.reduceat(chain.plain, b[:-1])
+    taped = np.add.reduceat(chain.taped, b[:-1])
+    tape = np.add.reduceat(chain.tape, b[:-1])
+    inner = int(np.max(chain.cuts[:-1] + chain.cuts[1:]))
+    return Chain(plain, taped, tape, chain.cuts[b], chain.work + inner)
 
 
 __all__ = ["Chain", "ChainPlan", "ChainCost", "chain_cost", "group", "grouped",

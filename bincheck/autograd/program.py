@@ -1,0 +1,347 @@
+"""``checkpoint_program``: optimal checkpointing of any autograd program, with no annotation.
+
+``g = checkpoint_program(f, num_ckpts=20)`` (or ``memory="50MB"``) is differentiated as ``f`` is,
+holding only a few snapshots. One gradient of ``g``:
+
+1. **Record** (the primitive's forward): ``f`` runs once on boxes of a trace of its own
+   (:mod:`.trace`), every primitive op written to a compact trace; Python control flow, side
+   effects and random draws happen once, as in plain autograd. Its result is the call's result.
+2. **Plan**: the trace is a chain of stages, one per op (or groups of ops, cut where few bytes
+   are live: :mod:`bincheck.schedule.chain`), each priced by its recorded time and its result's
+   bytes, each cut by its live set. ``num_ckpts``: Revolve's plan over the ops (``t(n, s)``
+   plain op evaluations), or the weighted optimum on short traces; ``memory``: the cost-optimal
+   plan within the bytes left after the trace.
+3. **Replay** (the VJP): the plan's actions run through the usual :class:`~bincheck.runtime.
+   Executor`. A snapshot at cut ``c`` is a dict of references to the values live there; an
+   advance replays ops with their raw functions, freeing each value after its last use; a
+   reverse replays its segment under ``make_vjp`` (autograd's own VJPs, so the arithmetic is
+   plain autograd's) and pulls the cotangents of the values live after it back to those before.
+
+Under an outer derivative of the gradient (``grad`` of ``grad``, Hessian-vector products) or
+forward mode, ``g`` runs ``f`` itself: exact, without checkpointing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+
+import numpy as np
+from autograd.builtins import tuple as ag_tuple
+from autograd.core import defvjp_argnums, make_vjp, vspace
+from autograd.tracer import isbox, primitive
+
+from ..runtime.errors import NondeterministicStepError
+from ..runtime.executor import Executor
+from ..runtime.front import Configured
+from ..runtime.stats import ProgramStats
+from ..runtime.store import MemoryStore
+from ..schedule.binomial import Plan
+from ..schedule.budget import parse_bytes
+from ..schedule.chain import Chain, ChainPlan, minimum_memory
+from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable,
+                                 check_positive_int, exactly_one_budget)
+from ..tree import flatten, unflatten
+from .boundary import expand_boxes, reverse_traced
+from .trace import Trace, boxable, fingerprint, record, value_nbytes
+
+# What a taped op costs beside its plain evaluation and its result: autograd's box, node, VJP
+# closure and the replay's own bookkeeping (tracemalloc: about 2.2 kB an op beside a 768-byte
+# result on a small RNN cell; the time a first estimate)
+TAPED_OVERHEAD_S = 3e-5
+TAPED_OVERHEAD_B = 2000
+SNAPSHOT_OVERHEAD_B = 1200      # a snapshot's dict and the store's and tracker's entries
+PLANNING_BYTES_PER_OP = 96      # planning's per-op arrays (times, sizes, live bytes) at once
+
+
+def env_nbytes(env: dict) -> int:
+    return sum(value_nbytes(v) for v in env.values())
+
+
+class Replay:
+    """The executor's stepper for one call: plain and taped replays of the trace's ops; the
+    cotangents of the values live at the adjoint's cut in ``ct``."""
+
+    def __init__(self, trace: Trace, inputs: list, stats: ProgramStats,
+                 wanted: set | None = None) -> None:
+        self.trace, self.inputs, self.stats = trace, inputs, stats
+        self.wanted = set(range(trace.n_in)) if wanted is None else wanted
+        self.ct: dict = {}
+
+    def _args(self, k: int, get: Callable[[int], Any]) -> tuple:
+        tr = self.trace
+        fun, argnums, template, kwargs = tr.templates[tr.tmpl[k]]
+        args = list(template)
+        s0 = tr.start[k]
+        for j, argnum in enumerate(argnums):
+            args[argnum] = get(tr.parents[s0 + j])
+        return fun, args, kwargs
+
+    def _check(self, k: int, value: Any) -> None:
+        prints = self.trace.prints
+        if prints is not None and fingerprint(value) != prints[k]:
+            fun = self.trace.templates[self.trace.tmpl[k]][0]
+            raise NondeterministicStepError(
+                f"verify=True: op {k} ({getattr(fun, '__name__', fun)}) gave another value when "
+                f"replayed than when the program ran: the program reads state outside its "
+                f"arguments that changed since (a captured array written in place?) or draws "
+                f"random numbers outside autograd's primitives; the gradient would be wrong")
+
+    def advance(self, env: dict, start: int, stop: int) -> dict:
+        t0 = time.perf_counter()
+        tr, inputs = self.trace, self.inputs
+        n_in, last, parents, start_of, n = tr.n_in, tr.last, tr.parents, tr.start, tr.n
+        env = dict(env)
+        get = lambda p: inputs[p] if p < n_in else env[p]  # noqa: E731
+        for k in range(start, stop):
+            fun, args, kwargs = self._args(k, get)
+            value = fun.fun(*args, **kwargs)
+            self._check(k, value)
+            if last[n_in + k] > k:
+                env[n_in + k] = value
+            for j in range(start_of[k], start_of[k + 1] if k + 1 < n else len(parents)):
+                p = parents[j]
+                if p >= n_in and last[p] == k:
+                    env.pop(p, None)
+        self.stats.plain_ops += stop - start
+        self.stats.plain_seconds += time.perf_counter() - t0
+        return env
+
+    def reverse(self, env: dict, start: int, stop: int) -> None:
+        t0 = time.perf_counter()
+        tr, inputs, ct = self.trace, self.inputs, self.ct
+        n_in, last = tr.n_in, tr.last
+        first = n_in + start
+        outs = [n_in + k for k in range(start, stop) if last[n_in + k] >= stop and tr.diff[k]]
+        self.stats.taped_ops += stop - start
+        if not any(o in ct for o in outs):          # nothing to pull back through the segment
+            for o in outs:
+                ct.pop(o, None)
+            return
+        needed = sorted({p for k in range(start, stop) for p in tr.parents_of(k) if p < first})
+        value = lambda p: inputs[p] if p < n_in else env[p]  # noqa: E731
+        # inputs nobody asked a cotangent for are constants here (no buffer for them)
+        wanted = self.wanted
+        wrt = [p for p in needed if (p >= n_in or p in wanted) and boxable(value(p))]
+        if not wrt:                                 # nothing wanted flows back through it
+            for o in outs:
+                ct.pop(o, None)
+            return
+        fixed = {p: value(p) for p in needed if p not in set(wrt)}
+
+        def segment(xs: Any) -> Any:
+            local = dict(fixed)
+            for i, p in enumerate(wrt):
+                local[p] = xs[i]
+            for k in range(start, stop):
+                fun, args, kwargs = self._args(k, local.__getitem__)
+                local[n_in + k] = fun(*args, **kwargs)
+            return ag_tuple([local[o] for o in outs])
+        vjp, values = make_vjp(segment, tuple(value(p) for p in wrt))
+        for k, v in zip((o - n_in for o in outs), values):
+            self._check(k, v)
+        t1 = time.perf_counter()
+        g = tuple(ct.pop(o) if o in ct else vspace(v).zeros() for o, v in zip(outs, values))
+        for p, c in zip(wrt, vjp(g)):
+            ct[p] = c if p not in ct else vspace(c).add(ct[p], c)
+        stats = self.stats
+        stats.tape_seconds += t1 - t0
+        stats.backward_seconds += time.perf_counter() - t1
+
+
+class ProgramCall:
+    """One call of a checkpointed program: its trace, plan and stats, from its forward (the
+    recording) to its VJP (the replay)."""
+
+    def __init__(self, program: "CheckpointedProgram", n_leaves: int, rebuild: Callable) -> None:
+        self.program, self.rebuild = program, rebuild
+        self.stats = ProgramStats()
+        self.trace: Trace | None = None
+        self.inputs: list = []
+        self.plan: Any = None
+        self.packed: list[int] = []          # value ids of the primitive's outputs
+
+    def forward(self, leaves: tuple) -> tuple:
+        t0 = time.perf_counter()
+        program, stats = self.program, self.stats
+        self.inputs = list(leaves)
+        tr, (ids, values, out_def) = record(program.f, self.inputs, self.rebuild,
+                                            program.verify)
+        t1 = time.perf_counter()
+        self.trace, self.out = tr, (ids, values, out_def)
+        stats.ops = stats.plain_ops = tr.n
+        stats.record_seconds = t1 - t0
+        stats.plain_seconds = t1 - t0
+        self.plan = program.plan_for(tr)
+        tr.release_plan_columns()
+        stats.trace_bytes = tr.nbytes
+        stats.stages = self.plan.stages
+        stats.plan_seconds = time.perf_counter() - t1
+        self.packed = [i for i, v in zip(ids, values) if i >= 0 and boxable(v)]
+        stats.library_seconds += time.perf_counter() - t0
+        return tuple(v for i, v in zip(ids, values) if i >= 0 and boxable(v))
+
+    def result(self, packed: Any) -> Any:
+        """``f``'s result: the primitive's outputs in place of the recorded leaves."""
+        ids, values, out_def = self.out
+        it = iter(packed[i] for i in range(len(self.packed)))
+        leaves = [next(it) if i >= 0 and boxable(v) else v for i, v in zip(ids, values)]
+        return unflatten(out_def, leaves)
+
+    def backward(self, argnums: tuple, g: Any) -> tuple:
+        t0 = time.perf_counter()
+        tr, stats = self.trace, self.stats
+        if tr is None:
+            raise RuntimeError("bincheck: this program call's backward already ran")
+        replay = Replay(tr, self.inputs, stats, set(argnums))
+        for o, c in zip(self.packed, g):
+            replay.ct[o] = c if o not in replay.ct else vspace(c).add(replay.ct[o], c)
+        store = MemoryStore(size=env_nbytes)
+        executor = Executor(tr.n, {}, store)
+        executor.run(iter(self.plan.actions), replay)     # a Plan or ChainPlan: re-iterable
+        executor.tracker.finish()
+        stats.snapshots = executor.tracker.peak_checkpoints
+        stats.snapshot_bytes = store.peak_nbytes
+        stats.peak_bytes = stats.trace_bytes + max(store.peak_nbytes, self.plan.peak_bytes)
+        stats.library_seconds += time.perf_counter() - t0
+        self.program.stats = stats
+        ct, inputs = replay.ct, self.inputs
+        return tuple(ct[a] if a in ct else vspace(inputs[a]).zeros() for a in argnums)
+
+
+class ProgramPlan:
+    """The actions a call replays, and what the planner predicted of them."""
+
+    def __init__(self, actions: tuple, stages: int, peak_bytes: int, seconds: float | None,
+                 plain_ops: int, taped_ops: int) -> None:
+        self.actions, self.stages, self.peak_bytes, self.seconds = actions, stages, \
+            peak_bytes, seconds
+        self.plain_ops, self.taped_ops = plain_ops, taped_ops
+
+
+def _forward(*leaves: Any, call: ProgramCall) -> tuple:
+    return call.forward(leaves)
+
+
+program_primitive = primitive(_forward)
+defvjp_argnums(program_primitive,
+               lambda argnums, ans, args, kwargs: lambda g: kwargs["call"].backward(argnums, g))
+
+
+class CheckpointedProgram(Configured):
+    """``g(*args)``: ``f(*args)``, differentiated with few snapshots; see
+    :func:`checkpoint_program`."""
+
+    def __init__(self, f: Callable, num_ckpts: int | None, memory: int | None,
+                 verify: bool) -> None:
+        self.f, self.num_ckpts, self.memory = f, num_ckpts, memory
+        self.verify = verify
+        self._lock = threading.Lock()
+        self._freeze()
+        self.stats = ProgramStats()
+
+    def __repr__(self) -> str:
+        name = getattr(self.f, "__name__", repr(self.f))
+        budget = f"num_ckpts={self.num_ckpts}" if self.memory is None else \
+            f"memory={self.memory}"
+        return f"checkpoint_program({name}, {budget})"
+
+    def __call__(self, *args: Any) -> Any:
+        leaves, tree_def = flatten(expand_boxes(args))
+        boxed = [v for v in leaves if isbox(v)]
+        # not differentiated (or forward mode), or a derivative of the gradient: f itself
+        if not any(reverse_traced(v) for v in boxed) or any(isbox(v._value) for v in boxed) or \
+                len({v._trace for v in boxed}) > 1:
+            return self.f(*args)
+        call = ProgramCall(self, len(leaves), lambda ls: tuple(unflatten(tree_def, ls)))
+        return call.result(program_primitive(*leaves, call=call))
+
+    def plan_for(self, tr: Trace) -> ProgramPlan:
+        """The plan of one recorded call (see the module docstring)."""
+        n = tr.n
+        if n == 0:
+            return ProgramPlan((), 0, 0, None, 0, 0)
+        cuts = tr.cut_bytes()
+        seconds = np.frombuffer(tr.seconds, dtype=np.float64)
+        out_bytes = np.frombuffer(tr.out_bytes, dtype=np.int64)
+        # the working set: the cotangents at the adjoint's cut (as large as a live set) and
+        # one op's result's cotangent inside a segment
+        chain = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S, out_bytes + TAPED_OVERHEAD_B,
+                      cuts + SNAPSHOT_OVERHEAD_B, int(cuts.max()) + int(out_bytes.max()))
+        if self.memory is None:
+            if n > 64:                          # Revolve over the ops, streamed
+                plan = Plan(n, self.num_ckpts)
+                return ProgramPlan(plan, n, 0, None, plan.plain_steps, n)
+            cp = ChainPlan(chain, num_ckpts=self.num_ckpts)
+        else:
+            trace_bytes = tr.nbytes
+            planning = PLANNING_BYTES_PER_OP * n      # the per-op arrays planning builds
+            need = max(minimum_memory(chain), planning) + trace_bytes
+            if self.memory < need:
+                raise ValueError(f"memory={self.memory} bytes is below the least this program "
+                                 f"needs: its trace ({trace_bytes} bytes), its largest live set "
+                                 f"and op taped alone, or planning's arrays, {need} bytes in all")
+            free = self.memory - trace_bytes
+            revolve = self.revolve_within(chain, free)
+            try:
+                # planning holds the trace and the planner's tables: they share the budget
+                cp = ChainPlan(chain, memory=free, table_budget=(free - planning) // 2)
+            except ValueError:
+                # the groups the tables allow do not fit: Revolve over the ops (it does)
+                return revolve
+            if revolve is not None and revolve.seconds < cp.seconds:
+                return revolve
+        cp.release()
+        return ProgramPlan(cp, cp.stages, cp.peak_bytes, cp.seconds, cp.plain_stages,
+                           cp.taped_stages)
+
+    @staticmethod
+    def revolve_within(chain: Chain, free: int) -> ProgramPlan | None:
+        """Revolve's plan over the ops with as many snapshots as ``free`` bytes hold at the
+        largest live set (one op taped at a time from a live cut), or None if none fits."""
+        n, big, tape = chain.n, int(chain.cuts.max()), int(chain.tape.max())
+        room = free - chain.work - 2 * big - tape     # the live cut and the next one
+        if room < 0:
+            return None
+        slots = min(n, 1 + room // big if big else n)
+        plan = Plan(n, slots)
+        mean_plain, mean_taped = chain.plain.mean(), chain.taped.mean()
+        return ProgramPlan(plan, n, chain.work + (slots + 1) * big + tape,
+                           plan.plain_steps * mean_plain + n * mean_taped, plan.plain_steps, n)
+
+    def preview(self, *args: Any) -> ProgramPlan:
+        """Record ``f(*args)`` once and return the plan a gradient would use: ``peak_bytes``
+        and ``seconds`` predicted, ``plain_ops`` and ``taped_ops`` of the replay."""
+        leaves, tree_def = flatten(expand_boxes(args))
+        call = ProgramCall(self, len(leaves), lambda ls: tuple(unflatten(tree_def, ls)))
+        call.forward(tuple(leaves))
+        return call.plan
+
+
+def checkpoint_program(f: Callable, num_ckpts: int | None = None, *,
+                       memory: int | str | None = None,
+                       verify: bool = False) -> CheckpointedProgram:
+    """``g = checkpoint_program(f, num_ckpts=20)`` (or ``memory="50MB"``): ``g(*args)`` returns
+    ``f(*args)``, and ``grad``/``make_vjp``/``jacobian`` of ``g`` equal plain autograd's of ``f``
+    while holding at most ``num_ckpts`` snapshots (the empty one at the start included) of the
+    values live at a cut, or within ``memory`` bytes, the recorded trace included. ``f`` is any
+    function autograd can differentiate (arrays, floats, nested tuples/lists/dicts, Python
+    control flow on values, closures over its arguments, ``@primitive``\\ s). Each call records
+    ``f`` anew, so control flow may differ per call. ``g.stats`` (:class:`~bincheck.runtime.
+    ProgramStats`) describes the last gradient; ``g.preview(*args)`` the plan for ``args``.
+
+    A value being differentiated that ``f`` reaches without receiving it (a closure over a
+    traced weight) is refused with a ValueError: pass it as an argument. ``verify=True``
+    compares every replayed op with the recorded run and raises
+    :class:`~bincheck.NondeterministicStepError` if one differs (a captured array written in
+    place between two uses). Under ``grad`` of ``grad`` or forward mode, ``g`` runs ``f``
+    itself (exact, without checkpointing)."""
+    check_callable("f", f, "f(*args) -> result")
+    exactly_one_budget(num_ckpts, memory)
+    if memory is not None:
+        memory = parse_bytes(memory)
+    else:
+        num_ckpts = check_positive_int("num_ckpts", num_ckpts, NUM_CKPTS_RULE)
+    return CheckpointedProgram(f, num_ckpts, memory, check_bool("verify", verify))

@@ -1,0 +1,207 @@
+"""Recording any autograd program as a compact trace of primitive ops, and its live sets.
+
+:func:`record` runs ``f`` once on boxes of a trace of its own whose nodes (:class:`RecNode`) write
+each primitive call into a :class:`Trace` instead of building a graph: what autograd would
+differentiate is exactly what is recorded, and Python control flow, ``float()`` of a box and
+anything autograd does not trace just run (their results are baked into the trace, as they are
+into autograd's graph). No traced value is kept: an op is its *template* (the primitive, the
+positions of its traced arguments, its constant arguments by reference, its keyword arguments;
+repeated code shares templates) and its parents' value ids, in typed arrays:
+
+* ``tmpl``: the op's template, 4 bytes; ``parents``: its traced arguments' value ids, 4 bytes
+  each, found from ``start[k]`` (4 bytes an op);
+* ``last``: each value's last use (the op index, ``n`` for the program's outputs, -1 never),
+  4 bytes a value, and the live bytes at every cut (the chain's ``cuts``).
+
+Values are numbered ``0..n_in-1`` for the program's inputs, then ``n_in + k`` for op ``k``'s
+result. A cut ``c`` lies before op ``c``; the values *live* at it are those defined before it
+(not inputs: they are held anyway) and used at or after it, Dauvergne and Hascoet's snapshot.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from array import array
+from typing import Any, Callable
+
+import numpy as np
+from autograd.core import VJPNode
+from autograd.tracer import Node, isbox, new_box, notrace_primitives, trace_stack
+
+from ..tree import flatten
+
+
+class ClosureError(ValueError):
+    """``f`` reached a value being differentiated without receiving it as an argument."""
+
+
+def boxable(v: Any) -> bool:
+    """A float or complex value (an array or a number): what a trace boxes."""
+    if isinstance(v, (float, complex)) and not isinstance(v, bool):
+        return True
+    dtype = getattr(v, "dtype", None)
+    return dtype is not None and dtype.kind in "fc"
+
+
+def fingerprint(v: Any) -> tuple:
+    """Two sums that change when a value does (``verify=True``)."""
+    leaves = [np.asarray(x) for x in flatten(v)[0]]
+    return tuple((float(np.sum(x)), float(np.sum(np.abs(x)))) for x in leaves
+                 if x.dtype.kind in "fciu")
+
+
+def value_nbytes(v: Any) -> int:
+    """Bytes a value holds (arrays: ``nbytes``; numbers 8; containers: their leaves)."""
+    if isinstance(v, np.ndarray):
+        return int(v.nbytes)
+    if isinstance(v, (tuple, list, dict)):
+        return sum(value_nbytes(x) for x in flatten(v)[0])
+    return int(getattr(v, "nbytes", 8))
+
+
+class Trace:
+    """The recorded ops of one call (see the module docstring)."""
+
+    __slots__ = ("n_in", "templates", "_keys", "tmpl", "parents", "start", "out_bytes",
+                 "seconds", "last", "outputs", "consts_bytes", "_t", "diff", "prints")
+
+    def __init__(self, n_in: int) -> None:
+        self.n_in = n_in
+        self.templates: list[tuple] = []       # (fun, argnums, args with None for traced, kwargs)
+        self._keys: dict = {}
+        self.tmpl, self.parents, self.start = array("I"), array("i"), array("I")
+        self.out_bytes = array("q")            # per op: its result's bytes (for the plan)
+        self.seconds = array("d")              # per op: time since the previous op recorded
+        self.last = array("i")
+        self.outputs: list[int] = []
+        self.consts_bytes = 0
+        self.diff = array("b")                 # per op: its result is differentiable
+        self.prints: dict | None = None        # verify=True: op -> fingerprint of its result
+        self._t = time.perf_counter()
+
+    @property
+    def n(self) -> int:
+        return len(self.tmpl)
+
+    def add(self, value: Any, fun: Callable, args: tuple, kwargs: dict, argnums: tuple,
+            parent_ids: list) -> int:
+        now = time.perf_counter()
+        self.seconds.append(now - self._t)
+        self._t = now
+        consts = [(i, a) for i, a in enumerate(args) if i not in argnums]
+        for i, a in consts + list(kwargs.items()):
+            if isbox(a):
+                raise ClosureError(
+                    f"the program reaches a value that is being differentiated (shape "
+                    f"{np.shape(a._value)}) without receiving it as an argument: its gradient "
+                    f"would be lost. Pass it to the checkpointed function as an argument")
+        key = (fun, argnums, tuple((i, id(a)) for i, a in consts),
+               tuple((k, id(v)) for k, v in kwargs.items()))
+        index = self._keys.get(key)
+        if index is None:
+            index = self._keys[key] = len(self.templates)
+            template = tuple(None if i in argnums else a for i, a in enumerate(args))
+            self.templates.append((fun, argnums, template, dict(kwargs)))
+            self.consts_bytes += sum(value_nbytes(a) for _, a in consts
+                                     if isinstance(a, np.ndarray))
+        self.tmpl.append(index)
+        self.start.append(len(self.parents))
+        self.parents.extend(parent_ids)
+        self.out_bytes.append(value_nbytes(value))
+        self.diff.append(boxable(value))
+        if self.prints is not None:
+            self.prints[self.n - 1] = fingerprint(value)
+        return self.n_in + self.n - 1
+
+    def finish(self, outputs: list[int]) -> None:
+        """The program's output value ids: compute every value's last use."""
+        n, n_in = self.n, self.n_in
+        self.outputs = outputs
+        last = array("i", [-1]) * (n_in + n)
+        parents, start = self.parents, self.start
+        for k in range(n):
+            stop = start[k + 1] if k + 1 < n else len(parents)
+            for p in parents[start[k]:stop]:
+                last[p] = k
+        for o in outputs:
+            last[o] = n
+        self.last = last
+        self._keys = {}
+
+    def cut_bytes(self) -> np.ndarray:
+        """Bytes live at each cut ``0..n`` (inputs excluded; see the module docstring)."""
+        n, n_in = self.n, self.n_in
+        last = np.frombuffer(self.last, dtype=np.int32)[n_in:].astype(np.int64)
+        ops = np.arange(n)
+        alive = last > ops                       # live from cut k+1 through cut last[k]
+        out = np.frombuffer(self.out_bytes, dtype=np.int64)
+        diff = np.zeros(n + 2, dtype=np.int64)
+        np.add.at(diff, ops[alive] + 1, out[alive])
+        np.add.at(diff, last[alive] + 1, -out[alive])
+        return np.cumsum(diff[:n + 1])
+
+    def parents_of(self, k: int) -> Any:
+        stop = self.start[k + 1] if k + 1 < self.n else len(self.parents)
+        return self.parents[self.start[k]:stop]
+
+    @property
+    def nbytes(self) -> int:
+        """What the trace holds: its arrays and the constants its templates keep."""
+        arrays = (self.tmpl, self.parents, self.start, self.last, self.diff)
+        return sum(a.itemsize * len(a) for a in arrays) + self.consts_bytes + \
+            sum(sys.getsizeof(t) + sys.getsizeof(t[2]) + sys.getsizeof(t[3]) + 8
+                for t in self.templates) + sys.getsizeof(self.templates)
+
+    def release_plan_columns(self) -> None:
+        """Drop what only the planner needed (per-op bytes and times)."""
+        self.out_bytes, self.seconds = array("q"), array("d")
+
+
+class RecNode(Node):
+    """The node type of the recording trace: each primitive call becomes an op of ``trace``."""
+
+    __slots__ = ("trace", "id")
+
+    def __init__(self, value, fun, args, kwargs, parent_argnums, parents) -> None:
+        self.trace = parents[0].trace
+        self.id = self.trace.add(value, fun, args, kwargs, tuple(parent_argnums),
+                                 [p.id for p in parents])
+
+    def initialize_root(self, trace: Trace, id: int) -> None:
+        self.trace, self.id = trace, id
+
+
+# What reverse mode does not trace (comparisons, shapes, argmax...) the recording does not either:
+# the same set, shared, so that later registrations reach both
+notrace_primitives[RecNode] = notrace_primitives[VJPNode]
+
+
+def record(f: Callable, leaves: list, rebuild: Callable[[list], tuple],
+           verify: bool = False) -> tuple[Trace, Any]:
+    """Run ``f(*rebuild(boxed leaves))`` once, recording it: (the trace, (each result leaf's
+    value id, -1 for a constant; the result leaves as plain values; the result's structure))."""
+    tr = Trace(len(leaves))
+    if verify:
+        tr.prints = {}
+    with trace_stack.new_trace() as level:
+        boxes = [new_box(v, level, RecNode.new_root(tr, i)) if boxable(v) else v
+                 for i, v in enumerate(leaves)]
+        tr._t = time.perf_counter()
+        result = f(*rebuild(boxes))
+        out_leaves, out_def = flatten(result)
+        ids, values = [], []
+        for v in out_leaves:
+            if isbox(v) and v._trace == level:
+                ids.append(v._node.id)
+                values.append(v._value)
+            elif isbox(v):
+                raise ClosureError(
+                    f"the program returns a value traced outside it (shape "
+                    f"{np.shape(v._value)}): it reached a value being differentiated without "
+                    f"receiving it as an argument. Pass that value as an argument")
+            else:
+                ids.append(-1)
+                values.append(v)
+    tr.finish([i for i in ids if i >= 0])
+    return tr, (ids, values, out_def)

@@ -1,0 +1,314 @@
+"""checkpoint_program: any autograd program, no annotation, exact (issue 30)."""
+
+import threading
+import tracemalloc
+
+import autograd.numpy as np
+import numpy
+import pytest
+from autograd import grad, hessian_vector_product, jacobian, make_vjp, value_and_grad
+from autograd.extend import defvjp, primitive
+
+from bincheck import NondeterministicStepError, checkpoint_program
+from closed_form import closed_form
+
+rng = numpy.random.RandomState(0)
+
+
+def close(a, b, rtol=1e-12):
+    for u, v in zip(a, b):
+        numpy.testing.assert_allclose(u, v, rtol=rtol, atol=1e-14)
+
+
+# ---------------------------------------------------------------- programs (no annotation)
+def rnn(W, U, xs, h):
+    for t in range(xs.shape[0]):
+        h = np.tanh(np.dot(h, W) + np.dot(xs[t], U))
+    return np.sum(h ** 2)
+
+
+def nested(y, w, lengths=(1, 1, 7, 1, 2, 1, 12, 1)):
+    """Siskind and Pearlmutter's example: an inner loop whose length varies per outer step."""
+    for n in lengths:
+        for _ in range(n):
+            y = np.sqrt(y * y + 0.1)
+        y = y * w
+    return np.sum(y)
+
+
+def implicit_euler(p, y, steps=12, h=0.05):
+    """Van der Pol, implicit Euler; Newton runs until the residual is small: its trip count
+    depends on the step and on the inputs."""
+    mu = p[0]
+    for _ in range(steps):
+        z = y
+        while True:
+            f = np.array([z[1], mu * (1 - z[0] ** 2) * z[1] - z[0]])
+            r = z - y - h * f
+            if np.max(np.abs(r)) < 1e-10:
+                break
+            J = np.array([[1.0, -h], [h * (2 * mu * z[0] * z[1] + 1), 1 - h * mu * (1 - z[0] ** 2)]])
+            z = z - np.linalg.solve(J, r)
+        y = z
+    return np.sum(y ** 2)
+
+
+def branchy(x, w):
+    for i in range(6):
+        if np.sum(x) > 0:
+            x = np.sin(x * w)
+        else:
+            x = np.cos(x) + w
+    return np.sum(x)
+
+
+def trees(params, state):
+    def step(s):                                   # a closure inside f over its arguments
+        return {"h": np.tanh(s["h"] * params["a"] + s["c"][0]),
+                "c": (s["c"][0] * params["b"], s["c"][1] + 1.0)}
+    for _ in range(5):
+        state = step(state)
+    return np.sum(state["h"]) + np.sum(state["c"][0] * state["c"][1])
+
+
+@primitive
+def cube(x):
+    return x ** 3
+
+
+defvjp(cube, lambda ans, x: lambda g: 3 * g * x ** 2)
+
+
+def with_primitive(x, w):
+    for _ in range(4):
+        x = cube(np.tanh(x * w))
+    return np.sum(x)
+
+
+H = 6
+W0, U0 = rng.randn(H, H) * 0.4, rng.randn(3, H) * 0.4
+XS, H0 = rng.randn(20, 2, 3), rng.randn(2, H)
+CASES = {
+    "rnn": (rnn, (W0, U0, XS, H0)),
+    "nested": (nested, (rng.rand(5) + 0.5, 1.01)),
+    "implicit_euler": (implicit_euler, (numpy.array([3.0]), numpy.array([1.0, 0.5]))),
+    "branchy": (branchy, (rng.randn(4), 0.7)),
+    "trees": (trees, ({"a": 0.9, "b": rng.randn(3)}, {"h": rng.randn(3),
+                                                       "c": (rng.randn(3), rng.randn(3))})),
+    "primitive": (with_primitive, (rng.randn(3) * 0.5, 1.1)),
+}
+
+
+@pytest.mark.parametrize("budget", [{"num_ckpts": 1}, {"num_ckpts": 4}, {"num_ckpts": 1000},
+                                    {"memory": "400KB"}])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_gradients_equal_plain_autograd(name, budget):
+    f, args = CASES[name]
+    g = checkpoint_program(f, **budget)
+    argnums = tuple(range(len(args)))
+    want = grad(f, argnums)(*args)
+    got = grad(g, argnums)(*args)
+    if "num_ckpts" in budget and name in ("rnn", "nested"):   # one use per value: bitwise
+        for a, b in zip(numpy.concatenate([numpy.ravel(v) for v in _leaves(got)]),
+                        numpy.concatenate([numpy.ravel(v) for v in _leaves(want)])):
+            assert a == b
+    close(_leaves(got), _leaves(want))
+    assert g(*args) == f(*args)
+    st = g.stats
+    assert st.taped_ops == st.ops > 0 and st.snapshots <= budget.get("num_ckpts", 10 ** 9)
+
+
+def _leaves(tree):
+    from bincheck.tree import flatten
+    return [numpy.asarray(v) for v in flatten(tree)[0]]
+
+
+def test_op_counts_are_t_n_s_plus_the_recording():
+    f, args = CASES["rnn"]
+    g = checkpoint_program(f, num_ckpts=5)
+    grad(g)(*args)
+    n = g.stats.ops
+    assert g.stats.plain_ops == n + closed_form(n, 5)
+    assert g.stats.taped_ops == n
+
+
+def test_each_call_records_anew_so_other_control_flow_is_exact():
+    g = checkpoint_program(branchy, num_ckpts=3)
+    for x in (rng.randn(4), -numpy.abs(rng.randn(4)) - 1.0, numpy.abs(rng.randn(4)) + 1.0):
+        close([grad(g)(x, 0.7)], [grad(branchy)(x, 0.7)])
+
+
+def test_make_vjp_non_scalar_jacobian_and_value_and_grad():
+    def f(x, w):
+        for _ in range(3):
+            x = np.tanh(np.outer(x, w).sum(1))
+        return x * 2.0
+    g = checkpoint_program(f, num_ckpts=2)
+    x, w = rng.randn(4), rng.randn(4)
+    close([jacobian(g)(x, w)], [jacobian(f)(x, w)])
+    close([jacobian(g, 1)(x, w)], [jacobian(f, 1)(x, w)])
+    vjp_g, out_g = make_vjp(g)(x, w)
+    vjp_f, out_f = make_vjp(f)(x, w)
+    v = rng.randn(4)
+    close([vjp_g(v), out_g], [vjp_f(v), out_f])
+    loss = lambda x, w: np.sum(g(x, w) ** 2)
+    close(list(value_and_grad(loss)(x, w)), list(value_and_grad(lambda x, w: np.sum(f(x, w) ** 2))(x, w)))
+
+
+def test_higher_order_equals_plain_autograd():
+    f, (x, w) = CASES["branchy"]
+    g = checkpoint_program(f, num_ckpts=2)
+    close([grad(lambda x: np.sum(grad(g)(x, w)))(x)], [grad(lambda x: np.sum(grad(f)(x, w)))(x)])
+    v = rng.randn(4)
+    close([hessian_vector_product(g)(x, w, v)], [hessian_vector_product(f)(x, w, v)])
+
+
+def test_outside_autograd_g_just_runs_f():
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return np.sum(np.sin(x))
+    g = checkpoint_program(f, num_ckpts=2)
+    assert g(numpy.ones(3)) == f(numpy.ones(3)) and len(calls) == 2
+
+
+def test_side_effects_happen_once_per_gradient():
+    seen = []
+
+    def f(x):
+        for i in range(5):
+            seen.append(i)
+            x = np.sin(x) * 1.1
+        return np.sum(x)
+    grad(checkpoint_program(f, num_ckpts=2))(rng.randn(3))
+    assert seen == [0, 1, 2, 3, 4]
+
+
+def test_numpy_random_in_f_gives_plain_autograds_gradient_for_the_seed():
+    def f(x):
+        for _ in range(6):
+            mask = numpy.random.rand(*x.shape) > 0.3          # drawn once, recorded
+            x = np.tanh(x * mask * 1.5 + 0.1)
+        return np.sum(x)
+    x = rng.randn(8)
+    numpy.random.seed(4)
+    got = grad(checkpoint_program(f, num_ckpts=2))(x)
+    numpy.random.seed(4)
+    close([got], [grad(f)(x)])
+
+
+def test_a_closed_over_differentiated_value_is_refused_or_exact():
+    def loss(w, x):
+        g = checkpoint_program(lambda x: np.sum(np.sin(x * w)), num_ckpts=2)
+        return g(x)
+    with pytest.raises(ValueError, match=r"shape \(3,\).*argument"):
+        grad(loss, (0, 1))(rng.randn(3), rng.randn(3))
+    # differentiated through the closure only, g is not differentiated itself: f runs, exact
+    w, x = rng.randn(3), rng.randn(3)
+    close([grad(loss)(w, x)], [grad(lambda w, x: np.sum(np.sin(x * w)))(w, x)])
+
+
+def test_verify_detects_a_captured_array_written_in_place():
+    A = numpy.ones(3)
+
+    def f(x):
+        y = np.sin(x * A)
+        A[:] = 5.0                                # written between two uses
+        return np.sum(y * A)
+    g = checkpoint_program(f, num_ckpts=1, verify=True)
+    with pytest.raises(NondeterministicStepError, match="op"):
+        grad(g)(rng.randn(3))
+
+
+def test_live_set_snapshots_hold_only_what_is_used_after_the_cut():
+    """Large temporaries die inside each iteration: a plan within a budget far below one of
+    them snapshots only the state, and the recorded live bytes at a cut are exactly the values
+    used after it (hand-counted)."""
+    big = 20_000
+
+    def f(x):
+        for _ in range(8):
+            tmp = np.outer(x, numpy.ones(big // x.size))     # 160 kB, dead after its sum
+            x = np.tanh(x + np.sum(tmp) * 1e-6)
+        return np.sum(x)
+    x = rng.randn(16)
+    g = checkpoint_program(f, memory=700_000)
+    close([grad(g)(x)], [grad(f)(x)])
+    assert 1 < g.stats.snapshots and g.stats.snapshot_bytes <= g.stats.snapshots * x.nbytes
+    from bincheck.autograd.trace import record
+    tr, _ = record(f, [x], lambda ls: tuple(ls))
+    cuts = tr.cut_bytes()
+    per_iteration = tr.n // 8                      # outer, sum, mul, add, tanh
+    assert per_iteration == 5 and cuts[0] == 0
+    for i in range(1, 8):                          # between iterations: x only
+        assert cuts[i * per_iteration] == x.nbytes
+    assert cuts[1] == 8 * big                      # after outer: tmp (x is the input)
+    assert cuts[per_iteration + 1] == x.nbytes + 8 * big
+
+
+@pytest.mark.parametrize("memory", [170_000, 400_000, 800_000])
+def test_memory_budget_holds_under_tracemalloc_and_counts_the_trace(memory):
+    xs = rng.randn(200, 16, 3)
+    args = (W0, U0, xs, rng.randn(16, H))
+    g = checkpoint_program(rnn, memory=memory)
+    peak = _peak(lambda: grad(g, (0, 1))(*args))
+    plain_peak = _peak(lambda: grad(rnn, (0, 1))(*args))
+    assert 0 < g.stats.trace_bytes < g.stats.peak_bytes <= memory
+    assert peak <= memory < plain_peak
+    close(grad(g, (0, 1))(*args), grad(rnn, (0, 1))(*args))
+
+
+def _peak(fn):
+    fn()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    fn()
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    return peak
+
+
+def test_a_budget_below_the_minimum_is_refused_naming_it():
+    f, args = CASES["rnn"]
+    with pytest.raises(ValueError, match=r"below the least.*\d+ bytes in all"):
+        grad(checkpoint_program(f, memory=500))(*args)
+
+
+def test_bad_arguments_name_the_rule():
+    with pytest.raises(TypeError, match="f must be"):
+        checkpoint_program(3, num_ckpts=2)
+    with pytest.raises(TypeError, match="exactly one of num_ckpts"):
+        checkpoint_program(rnn)
+    with pytest.raises(TypeError, match="exactly one of num_ckpts"):
+        checkpoint_program(rnn, num_ckpts=2, memory="1MB")
+    with pytest.raises(ValueError, match="num_ckpts"):
+        checkpoint_program(rnn, num_ckpts=0)
+
+
+def test_threads_share_one_program():
+    f, args = CASES["nested"]
+    g = checkpoint_program(f, num_ckpts=3)
+    want = grad(f)(*args)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(5):
+                close([grad(g)(*args)], [want])
+        except Exception as e:                    # pragma: no cover - reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_preview_predicts_the_plan():
+    f, args = CASES["rnn"]
+    g = checkpoint_program(f, num_ckpts=4)
+    p = g.preview(*args)
+    grad(g)(*args)
+    assert p.plain_ops + g.stats.ops == g.stats.plain_ops
