@@ -311,7 +311,7 @@ class CheckpointedProgram(Configured):
         return ProgramPlan(plan, n, chain.work + (slots + 1) * big + tape,
                            plan.plain_steps * mean_plain + n * mean_taped, plan.plain_steps, n)
 
-    def preview(self, *args: Any) -> ProgramPlan:
+    def preview(self, *args: Any) -> "ProgramPlan":
         """Record ``f(*args)`` once and return the plan a gradient would use: ``peak_bytes``
         and ``seconds`` predicted, ``plain_ops`` and ``taped_ops`` of the replay."""
         leaves, tree_def = flatten(expand_boxes(args))
@@ -329,8 +329,8 @@ def checkpoint_program(f: Callable, num_ckpts: int | None = None, *,
     values live at a cut, or within ``memory`` bytes, the recorded trace included. ``f`` is any
     function autograd can differentiate (arrays, floats, nested tuples/lists/dicts, Python
     control flow on values, closures over its arguments, ``@primitive``\\ s). Each call records
-    ``f`` anew, so control flow may differ per call. ``g.stats`` (:class:`~bincheck.runtime.
-    ProgramStats`) describes the last gradient; ``g.preview(*args)`` the plan for ``args``.
+    ``f`` anew, so control flow may differ per call. ``g.stats`` (:class:`~bincheck.ProgramStats`)
+    describes the last gradient; ``g.preview(*args)`` the plan for ``args``.
 
     A value being differentiated that ``f`` reaches without receiving it (a closure over a
     traced weight) is refused with a ValueError: pass it as an argument. ``verify=True``

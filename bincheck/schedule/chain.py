@@ -108,7 +108,7 @@ class ChainCost:
         return self.plain_seconds + self.taped_seconds
 
 
-def chain_cost(chain: Chain, actions: Iterator[Action]) -> ChainCost:
+def chain_cost(chain: Chain, actions: Iterator[Action]) -> "ChainCost":
     """Run ``actions`` on ``chain`` symbolically (:class:`~.simulate.Tracker` checks every
     action) and price it with the module's memory model."""
     tracker = Tracker(chain.n)
