@@ -116,6 +116,10 @@ def probe(call: Any, disk: Any = None) -> Measured:
         return (time.perf_counter() - t0) / times
 
     with torch.random.fork_rng(devices=call.ambient.devices):
+        # The first call of each kind runs cold (first dispatch, allocator, lazily built code),
+        # the backward of the first taped one too: the faster of the two calls is the warm one,
+        # never above it (a minimum, not a median: two calls of each are all the probe makes of
+        # fn; tests/test_probe_warm.py)
         for _ in range(2):
             before = torch.get_rng_state()
             sync()
