@@ -234,6 +234,8 @@ def kept_gradient_bytes(outs: list, ins: list, params: list) -> int:
     try:
         torch.autograd.backward(outs, [torch.ones_like(o) for o in outs], inputs=ins,
                                 retain_graph=True)
+    except RuntimeError:            # a backward that runs once only (a Function freeing its
+        return bound                # saved state): keep the bound
     finally:
         for handle in handles:
             handle.remove()
