@@ -80,6 +80,10 @@ class Row:
     step_plain_ms: float | None = None  # per-step costs, medians over the rounds
     step_taped_ms: float | None = None  # taped step + backward into the running sums
     step_taped_fresh_ms: float | None = None   # the same into fresh tensors (the older bound)
+    peer_plain_steps: int | None = None    # a peer's recomputed steps (checkpoint_sequential:
+                                        # torch's split), on its row and on memory=<peer>'s
+    peer_time_ratio: float | None = None   # memory=<peer>: time / the peer's, median over the
+                                        # rounds of the ratio within a round (issue 29)
     device: str = "cpu"                 # "cuda": timed with synchronisation, metered by CUDA's
                                         # caching allocator
 
@@ -114,7 +118,8 @@ class CellRun:
     def _row(self, st: S.Strategy) -> Row:
         p = self.prob
         row = Row(p.cell_name, p.seq_len, p.hidden, p.batch, p.input_size, st.name, st.kind,
-                  _label(st), st.num_ckpts, st.memory, st.budget_of, device=p.device)
+                  _label(st), st.num_ckpts, st.memory, st.budget_of, device=p.device,
+                  peer_plain_steps=st.recomputed)
         self.rows.append(row)
         return row
 
@@ -214,6 +219,13 @@ class CellRun:
                 row.time_over_bound = paired(row.times_s, row.bounds_s)
                 row.time_over_fresh_bound = paired(
                     row.times_s, [row.plain_steps * c[0] + row.taped_steps * c[2] for c in costs])
+        # memory=<peer>, side by side with the peer at its own memory
+        peers = {row.label: row for st, row in self.live if st.kind in S.PEERS}
+        for st, row in self.live:
+            peer = peers.get(row.budget_of) if st.kind == "bincheck" else None
+            if peer is not None:
+                row.peer_time_ratio = paired(row.times_s, peer.times_s)
+                row.peer_plain_steps = peer.peer_plain_steps
 
 
 def run_cell(prob: S.Problem, num_ckpts: list[int], fractions: list[float], rounds: int,

@@ -97,6 +97,7 @@ class Strategy:
     memory: int | None = None       # memory= budget in bytes
     budget_of: str | None = None    # what the budget was derived from
     extra_grad_bytes: int = 0       # returned gradients besides the parameters' (h0's)
+    recomputed: int | None = None   # a peer's recomputed steps, where known (torch's split)
     offload: bool = False           # memory= with offload=True (CUDA: a pinned host tier)
 
 
@@ -164,7 +165,8 @@ def sequential(prob: Problem, reentrant: bool) -> Strategy:
         (s[:, :prob.hidden] ** 2).sum().backward()
     name = f"checkpoint_sequential √T={segments}, {'reentrant' if reentrant else 'non-reentrant'}"
     return Strategy(name, "seq-reentrant" if reentrant else "seq-nonreentrant", gradient,
-                    extra_grad_bytes=s0.nbytes if reentrant else 0)
+                    extra_grad_bytes=s0.nbytes if reentrant else 0,
+                    recomputed=(segments - 1) * (prob.seq_len // segments))
 
 
 def nested(prob: Problem) -> Strategy:

@@ -1,7 +1,12 @@
 """Measuring one step: the sizes and times a byte budget is planned with.
 
-One probe runs step 0 plain and taped, twice each (the faster of each is kept, the first having
-warmed caches up), pulls a cotangent through the tape (timed), and counts bytes from the
+One probe runs step 0 plain and taped, twice each, and pulls a cotangent through the tape
+``1 + BACKWARD_RUNS`` times, timing only warm calls: of each step's two calls the faster is
+kept (the first runs cold: caches, lazily built code paths; the faster of a cold and a warm call
+is never slower than the warm one, and two calls of ``fn`` are all a probe makes of each kind);
+the first pull-back is discarded and the median of the others kept (pull-backs do not call
+``fn``: a first, cold one measured 2.7x a warm one on a tanh cell and can be far more for a VJP
+with a slow first call, where it used to be the only one timed). Bytes are counted from the
 real data, without ``tracemalloc`` (which a user may be running; its peak cannot be restored):
 
 * ``tape_bytes``: the array bytes one step's tape holds alive — everything reachable from its
@@ -23,6 +28,7 @@ Counting the same way whether or not ``tracemalloc`` runs keeps plans reproducib
 
 from __future__ import annotations
 
+import statistics
 import time
 import types
 from functools import partial
@@ -54,6 +60,8 @@ SNAPSHOT_BYTES, SNAPSHOT_LEAF_BYTES = 192, 160
 # allocated until a full gc.collect(): measured 140-270 KiB after a gradient. Reserved from the
 # budget so that a tracemalloc peak stays within it.
 INTERPRETER_BYTES = 256 * 1024
+# Pull-backs of step 0's tape timed after a first, discarded one (the median is kept).
+BACKWARD_RUNS = 3
 
 
 class Probe(NamedTuple):
@@ -150,7 +158,7 @@ def probe(stepper: PlainStepper, state0: Any, p_box: list, x_box: list,
     ``stepper`` must be the probe's own (its outputs buffer, if any, has length 1)."""
     p_leaves, p_def = flatten(stepper.params)
     plain_times, taped_times = [], []
-    for _ in range(2):                  # the first run of each warms caches up: keep the faster
+    for _ in range(2):                  # the first run of each is cold: keep the faster
         t0 = time.perf_counter()
         state1 = stepper.step(state0, 0)
         t1 = time.perf_counter()
@@ -169,13 +177,17 @@ def probe(stepper: PlainStepper, state0: Any, p_box: list, x_box: list,
     nodes = [n for n in toposort(_SinkView(ends)) if hasattr(n, "vjp")]
     tape_bytes = held_arrays([n.vjp for n in nodes], owned) + state_bytes + \
         NODE_BYTES * len(nodes)
-    t3 = time.perf_counter()
-    backward_peak = _backward_peak(ends, cots)
-    t4 = time.perf_counter()
+    backward_peak = _backward_peak(ends, cots)          # the first pull-back: cold, not timed
+    backward_times = []
+    for _ in range(BACKWARD_RUNS):
+        t3 = time.perf_counter()
+        _backward_peak(ends, cots)
+        backward_times.append(time.perf_counter() - t3)
     work = tape_bytes + backward_peak + WORK_STATES * state_bytes + INTERPRETER_BYTES
     write_s, read_s = disk_tier.disk_seconds(state1, disk) if disk not in (None, False) else (None, None)
     return Probe(Sizes(state_bytes, tape_bytes, work, max(min(plain_times), 1e-9),
-                       max(min(taped_times) + (t4 - t3), 1e-9), write_s, read_s),
+                       max(min(taped_times) + statistics.median(backward_times), 1e-9),
+                       write_s, read_s),
                  seg.meter.nodes, seg.meter.nbytes)
 
 
