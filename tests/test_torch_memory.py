@@ -230,7 +230,8 @@ def test_a_preview_leaves_nothing_allocated():
 def test_the_first_gradient_holds_a_budget_at_the_minimum():
     """The first gradient of a ``memory=`` loop probes a step, then runs the plan: at the
     minimum budget and one and two states above it (one to three slots, every reversed step
-    alone), the metered peak beside the returned gradient stays within the budget."""
+    alone, or a kept segment where one now fits and is faster), the metered peak beside the
+    returned gradient stays within the budget."""
     import re
     fn, T2, w, h0, xs = elementwise_problem()
     with pytest.raises(ValueError) as refused:
@@ -240,7 +241,9 @@ def test_the_first_gradient_holds_a_budget_at_the_minimum():
         memory = minimum + extra * h0.nbytes
         loop = bt.binomial_checkpoint(fn, T2, memory=memory)
         _, peak = allocation_peak(lambda: torch.autograd.grad(loop(w, h0, xs).pow(2).sum(), [w]))
-        assert loop.last_plan.schedule.num_ckpts == extra + 1       # states only, 1-3 slots
+        schedule = loop.last_plan.schedule
+        if hasattr(schedule, "num_ckpts"):                  # states only: 1-3 slots
+            assert schedule.num_ckpts == extra + 1
         assert peak - w.nbytes <= memory, (extra, (peak - w.nbytes - memory) / h0.nbytes)
 
 
