@@ -14,8 +14,9 @@ holding only a few snapshots. One gradient of ``g``:
 3. **Replay** (the VJP): the plan's actions run through the usual :class:`~bincheck.runtime.
    Executor`. A snapshot at cut ``c`` is a dict of references to the values live there; an
    advance replays ops with their raw functions, freeing each value after its last use; a
-   reverse replays its segment under ``make_vjp`` (autograd's own VJPs, so the arithmetic is
-   plain autograd's) and pulls the cotangents of the values live after it back to those before.
+   reverse replays its segment on boxes of autograd's reverse mode and pulls the cotangents of
+   the values live after it back to those before with autograd's own node VJPs and
+   accumulation (:func:`pull_back`), so the arithmetic is plain autograd's.
 
 Under an outer derivative of the gradient (``grad`` of ``grad``, Hessian-vector products) or
 forward mode, ``g`` runs ``f`` itself: exact, without checkpointing.
@@ -29,9 +30,8 @@ from typing import Any, Callable
 
 
 import numpy as np
-from autograd.builtins import tuple as ag_tuple
-from autograd.core import defvjp_argnums, make_vjp, vspace
-from autograd.tracer import isbox, primitive
+from autograd.core import VJPNode, add_outgrads, defvjp_argnums, vspace
+from autograd.tracer import isbox, new_box, primitive, toposort, trace_stack
 
 from ..runtime.errors import NondeterministicStepError
 from ..runtime.executor import Executor
@@ -52,7 +52,13 @@ from .trace import Trace, boxable, fingerprint, record, value_nbytes
 # result on a small RNN cell; the time a first estimate)
 TAPED_OVERHEAD_S = 3e-5
 TAPED_OVERHEAD_B = 2000
-SNAPSHOT_OVERHEAD_B = 1200      # a snapshot's dict and the store's and tracker's entries
+# What a snapshot, a value in it and the sweep itself hold beside the values' bytes: the
+# snapshot's dict, the store's and tracker's entries (tracemalloc: about 0.7 kB a snapshot of
+# one small array), an array's header and dict slot, and the sweep's executor, tracker,
+# cotangent dict and their tables (about 50 kB on the nested loop of 460 ops)
+SNAPSHOT_OVERHEAD_B = 1500
+VALUE_OVERHEAD_B = 200
+SWEEP_OVERHEAD_B = 64 * 1024
 PLANNING_BYTES_PER_OP = 96      # planning's per-op arrays (times, sizes, live bytes) at once
 
 
@@ -131,24 +137,60 @@ class Replay:
             return
         fixed = {p: value(p) for p in needed if p not in set(wrt)}
 
-        def segment(xs: Any) -> Any:
+        def segment(boxes: list) -> list:
             local = dict(fixed)
-            for i, p in enumerate(wrt):
-                local[p] = xs[i]
+            local.update(zip(wrt, boxes))
             for k in range(start, stop):
                 fun, args, kwargs = self._args(k, local.__getitem__)
                 local[n_in + k] = fun(*args, **kwargs)
-            return ag_tuple([local[o] for o in outs])
-        vjp, values = make_vjp(segment, tuple(value(p) for p in wrt))
-        for k, v in zip((o - n_in for o in outs), values):
-            self._check(k, v)
+            return [local[o] for o in outs]
+        with trace_stack.new_trace() as level:
+            roots = [VJPNode.new_root() for _ in wrt]
+            results = segment([new_box(value(p), level, r) for p, r in zip(wrt, roots)])
         t1 = time.perf_counter()
-        g = tuple(ct.pop(o) if o in ct else vspace(v).zeros() for o, v in zip(outs, values))
-        for p, c in zip(wrt, vjp(g)):
-            ct[p] = c if p not in ct else vspace(c).add(ct[p], c)
+        for k, v in zip((o - n_in for o in outs), results):
+            self._check(k, v._value if isbox(v) else v)
+        cts = pull_back(results, [ct.pop(o, None) for o in outs], roots, level)
+        for p, c in zip(wrt, cts):
+            if c is not None:
+                ct[p] = c if p not in ct else vspace(c).add(ct[p], c)
         stats = self.stats
         stats.tape_seconds += t1 - t0
         stats.backward_seconds += time.perf_counter() - t1
+
+
+class _End:
+    """The node every output of a taped segment feeds: where its backward pass starts."""
+
+    __slots__ = ("parents",)
+
+    def __init__(self) -> None:
+        self.parents: list = []
+
+
+def pull_back(outs: list, cts: list, roots: list, level: int) -> list:
+    """The cotangents of ``roots`` (the segment's boxed inputs) given those of its outputs
+    ``outs`` (None: none reached it), by autograd's own node VJPs and accumulation, in the
+    order of its ``backward_pass``; a root no cotangent reaches gets None. (One pass for
+    several boxed inputs and outputs, without the tuple boxes ``make_vjp`` would need.)"""
+    end, outgrads = _End(), {}
+    for o, g in zip(outs, cts):
+        if g is not None and isbox(o) and o._trace == level:
+            node = o._node
+            if node not in outgrads:
+                end.parents.append(node)
+            outgrads[node] = add_outgrads(outgrads.get(node), g)
+    found = dict.fromkeys(roots)
+    for node in toposort(end):
+        if node is end:
+            continue
+        g = outgrads.pop(node)[0]
+        if node in found:
+            found[node] = g
+            continue
+        for parent, ingrad in zip(node.parents, node.vjp(g)):
+            outgrads[parent] = add_outgrads(outgrads.get(parent), ingrad)
+    return [found[r] for r in roots]
 
 
 class ProgramCall:
@@ -174,7 +216,7 @@ class ProgramCall:
         stats.ops = stats.plain_ops = tr.n
         stats.record_seconds = t1 - t0
         stats.plain_seconds = t1 - t0
-        self.plan = program.plan_for(tr)
+        self.plan = program.plan_for(tr, self.inputs)
         tr.release_plan_columns()
         stats.trace_bytes = tr.nbytes
         stats.stages = self.plan.stages
@@ -258,18 +300,24 @@ class CheckpointedProgram(Configured):
         call = ProgramCall(self, len(leaves), lambda ls: tuple(unflatten(tree_def, ls)))
         return call.result(program_primitive(*leaves, call=call))
 
-    def plan_for(self, tr: Trace) -> ProgramPlan:
-        """The plan of one recorded call (see the module docstring)."""
+    def plan_for(self, tr: Trace, self_inputs: list = ()) -> "ProgramPlan":
+        """The plan of one recorded call (see the module docstring); ``self_inputs``: its
+        argument leaves (their cotangents are part of the working set)."""
         n = tr.n
         if n == 0:
             return ProgramPlan((), 0, 0, None, 0, 0)
-        cuts = tr.cut_bytes()
+        cuts = tr.cut_bytes(VALUE_OVERHEAD_B)
         seconds = np.frombuffer(tr.seconds, dtype=np.float64)
         out_bytes = np.frombuffer(tr.out_bytes, dtype=np.int64)
         # the working set: the cotangents at the adjoint's cut (as large as a live set) and
         # one op's result's cotangent inside a segment
+        # the working set of a reverse: the cotangents at the adjoint's cut and the live state
+        # (two live sets), an op's result, its cotangent and the cotangent it pulls back (three
+        # results), the inputs' cotangents being summed (old and new), the sweep's own objects
+        inputs = sum(value_nbytes(v) for v in self_inputs if boxable(v))
+        work = 2 * int(cuts.max()) + 3 * int(out_bytes.max()) + 2 * inputs + SWEEP_OVERHEAD_B
         chain = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S, out_bytes + TAPED_OVERHEAD_B,
-                      cuts + SNAPSHOT_OVERHEAD_B, int(cuts.max()) + int(out_bytes.max()))
+                      cuts + SNAPSHOT_OVERHEAD_B, work)
         if self.memory is None:
             if n > 64:                          # Revolve over the ops, streamed
                 plan = Plan(n, self.num_ckpts)

@@ -60,6 +60,21 @@ def value_nbytes(v: Any) -> int:
     return int(getattr(v, "nbytes", 8))
 
 
+_NO_KW: dict = {}                      # shared by the templates without keyword arguments
+_SCALARS = (bool, int, float, complex, str, type(None), np.generic)
+
+
+def _const_key(a: Any) -> Any:
+    """What identifies a constant argument in a template key: numbers, strings and numpy
+    scalars by value and type (so repeated code shares templates whatever objects hold the
+    same constant), tuples of them likewise, anything else (arrays) by identity."""
+    if isinstance(a, _SCALARS):
+        return (type(a), a.tobytes() if isinstance(a, np.generic) else a)
+    if type(a) is tuple and all(isinstance(x, _SCALARS) for x in a):
+        return (tuple, tuple(_const_key(x) for x in a))
+    return (id(a),)
+
+
 class Trace:
     """The recorded ops of one call (see the module docstring)."""
 
@@ -96,13 +111,13 @@ class Trace:
                     f"the program reaches a value that is being differentiated (shape "
                     f"{np.shape(a._value)}) without receiving it as an argument: its gradient "
                     f"would be lost. Pass it to the checkpointed function as an argument")
-        key = (fun, argnums, tuple((i, id(a)) for i, a in consts),
-               tuple((k, id(v)) for k, v in kwargs.items()))
+        key = (fun, argnums, tuple((i, _const_key(a)) for i, a in consts),
+               tuple((k, _const_key(v)) for k, v in kwargs.items()))
         index = self._keys.get(key)
         if index is None:
             index = self._keys[key] = len(self.templates)
             template = tuple(None if i in argnums else a for i, a in enumerate(args))
-            self.templates.append((fun, argnums, template, dict(kwargs)))
+            self.templates.append((fun, argnums, template, dict(kwargs) if kwargs else _NO_KW))
             self.consts_bytes += sum(value_nbytes(a) for _, a in consts
                                      if isinstance(a, np.ndarray))
         self.tmpl.append(index)
@@ -129,16 +144,17 @@ class Trace:
         self.last = last
         self._keys = {}
 
-    def cut_bytes(self) -> np.ndarray:
-        """Bytes live at each cut ``0..n`` (inputs excluded; see the module docstring)."""
+    def cut_bytes(self, per_value: int = 0) -> np.ndarray:
+        """Bytes live at each cut ``0..n`` (inputs excluded; see the module docstring), each
+        value counted ``per_value`` bytes more (a snapshot's reference to it)."""
         n, n_in = self.n, self.n_in
         last = np.frombuffer(self.last, dtype=np.int32)[n_in:].astype(np.int64)
         ops = np.arange(n)
         alive = last > ops                       # live from cut k+1 through cut last[k]
-        out = np.frombuffer(self.out_bytes, dtype=np.int64)
+        out = np.frombuffer(self.out_bytes, dtype=np.int64)[alive] + per_value
         diff = np.zeros(n + 2, dtype=np.int64)
-        np.add.at(diff, ops[alive] + 1, out[alive])
-        np.add.at(diff, last[alive] + 1, -out[alive])
+        np.add.at(diff, ops[alive] + 1, out)
+        np.add.at(diff, last[alive] + 1, -out)
         return np.cumsum(diff[:n + 1])
 
     def parents_of(self, k: int) -> Any:
