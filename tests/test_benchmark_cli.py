@@ -188,3 +188,20 @@ def test_torch_benchmark_device_and_size_options():
         assert "offload=True" in out.stdout and "smoke-cuda." in out.stdout
     else:
         assert out.returncode == 2 and "torch sees no CUDA device" in out.stderr, out.stderr
+
+
+def test_programs_benchmark_smoke_run(tmp_path):
+    """python -m benchmarks.programs --smoke: every strategy runs, its gradient agrees with
+    store-all, and the program at outer binomial's measured peak stays within it."""
+    import csv
+    out = subprocess.run([sys.executable, "-m", "benchmarks.programs", "--smoke", "--repeats",
+                          "1", "--out", str(tmp_path)], capture_output=True, text=True,
+                         cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = list(csv.DictReader(open(tmp_path / "programs.csv")))
+    assert {r["strategy"] for r in rows} == {"store-all", "outer binomial", "program s",
+                                             "program @outer"}
+    assert all(float(r["grad_max_rel_err"]) <= 1e-10 for r in rows)
+    for n in {r["n"] for r in rows}:
+        peak = {r["strategy"]: float(r["peak_mib"]) for r in rows if r["n"] == n}
+        assert peak["program @outer"] <= peak["outer binomial"]
