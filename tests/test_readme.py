@@ -19,6 +19,9 @@ CHECKS = {
     "checkpointed_while_loop(cond_fn": "assert run.num_steps > 100 and dy0.shape == (2,)",
     "bj.scan(f, h0, xs": "assert dW.shape == (64, 64) and float(abs(dU).min()) > 0 and "
                          "float(abs(dW).max()) > 0 and int(val[1]) == 50",
+    "checkpoint_program(f, num_ckpts=8)": "ref = grad(f, (0, 1))(numpy.linspace(0.5, 1.5, 1000), "
+                                           "1.01)\nassert numpy.allclose(dy, ref[0], rtol=1e-12) "
+                                           "and g.stats.snapshots <= 8",
     'memory="4MB"': "assert loop.stats.peak_bytes <= 4 * 10**6 and g[0].shape == (128, 128)",
     # the per-step loss against the same loss written as a plain loop (every step taped)
     "output_fn=readout": "\n".join([
