@@ -106,18 +106,18 @@ class Buffers:
     A snapshot keeps the buffers' values at that point of the loop: :meth:`get` hands back the
     previous values' very object while the buffers still equal them (compared by value: BatchNorm
     updates its statistics without moving their version counters), so a loop whose steps leave
-    the buffers alone holds one copy. A restore (:meth:`set`) installs fresh copies in the
-    module's buffer dicts instead of writing into the buffers in place: a graph may have saved
-    the buffer tensors (BatchNorm saves its statistics for its backward), and an in-place write
-    would break it. The backward puts the module's own tensors back when it ends
+    the buffers alone holds one copy. A restore (:meth:`set`) installs copies in the module's
+    buffer dicts instead of writing into the module's own buffers: a graph may have saved them
+    (BatchNorm saves its statistics for its backward), and an in-place write would break it. The backward puts the module's own tensors back when it ends
     (:meth:`objects`, :meth:`install`): they hold what the forward left, as the plain loop's
     would."""
 
-    __slots__ = ("slots", "_last")
+    __slots__ = ("slots", "_last", "_ours")
 
     def __init__(self, slots: list) -> None:
         self.slots = slots               # (owner module, buffer name, index of the distinct one)
         self._last: tuple | None = None
+        self._ours: list | None = None   # the copies this object installed, while installed
 
     @classmethod
     def of(cls, module: Any) -> "Buffers | None":
@@ -152,17 +152,26 @@ class Buffers:
         return self._last
 
     def set(self, saved: tuple) -> None:
-        """Install copies of ``saved`` in the module (its own tensors are not written)."""
-        fresh = [v.clone() for v in saved]
-        for owner, attr, k in self.slots:
-            owner._buffers[attr] = fresh[k]
+        """Give the module the values ``saved``: the first time, in copies installed in place
+        of its own tensors (which are not written); later, written into those copies (the same
+        objects: a compiled step's guards keep holding; no graph holds them at a restore)."""
+        ours = self._ours
+        if ours is not None and all(owner._buffers[attr] is ours[k]
+                                    for owner, attr, k in self.slots):
+            with torch.no_grad():
+                for mine, value in zip(ours, saved):
+                    mine.copy_(value)
+        else:
+            ours = self._ours = [v.clone() for v in saved]
+            for owner, attr, k in self.slots:
+                owner._buffers[attr] = ours[k]
         self._last = saved
 
     def install(self, objects: list) -> None:
         """Put ``objects`` (from :meth:`objects`) back in the module."""
         for owner, attr, k in self.slots:
             owner._buffers[attr] = objects[k]
-        self._last = None
+        self._last = self._ours = None
 
     @staticmethod
     def nbytes(saved: tuple) -> int:
