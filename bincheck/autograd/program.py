@@ -24,7 +24,6 @@ forward mode, ``g`` runs ``f`` itself: exact, without checkpointing.
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any, Callable
 
@@ -280,7 +279,6 @@ class CheckpointedProgram(Configured):
                  verify: bool) -> None:
         self.f, self.num_ckpts, self.memory = f, num_ckpts, memory
         self.verify = verify
-        self._lock = threading.Lock()
         self._freeze()
         self.stats = ProgramStats()
 
