@@ -48,9 +48,18 @@ LOOPS = 5
 GRAD_COPIES = 1
 
 
+def itemsize(dtype: Any) -> int:
+    """Bytes of one element of ``dtype``. A typed PRNG key (``jax.random.key``: an extended
+    dtype such as ``key<fry>``, which numpy cannot interpret) is stored as its key data, e.g.
+    two ``uint32`` for threefry: what ``jax.random.key_data`` of one key holds."""
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        data = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct((), dtype))
+        return int(np.prod(data.shape, dtype=np.int64)) * np.dtype(data.dtype).itemsize
+    return np.dtype(dtype).itemsize
+
+
 def nbytes(leaves: list) -> int:
-    return int(sum(np.prod(np.shape(v), dtype=np.int64) * np.dtype(v.dtype).itemsize
-                   for v in leaves))
+    return int(sum(np.prod(np.shape(v), dtype=np.int64) * itemsize(v.dtype) for v in leaves))
 
 
 def aligned(leaves: list) -> int:
