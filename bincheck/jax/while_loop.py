@@ -30,6 +30,7 @@ from ..schedule.validate import (NUM_CKPTS_RULE, check_callable, check_int,
                                  check_positive_int, exactly_one_budget, short_repr)
 from . import revolve
 from .boundary import _pick, _put, inexact
+from .first_order import first_order
 from .sizes import nbytes
 from .tables import OnlineTable, online_table
 
@@ -189,27 +190,33 @@ def _build(body: Callable, cond: Callable, tdef: Any, n_c: int, h_leaves: list, 
               for c, m in zip(g, h_diff) if m]
         gP = [jnp.zeros_like(v) for v, w in zip(P, p_want) if w]
 
-        def step_back(carry: tuple, h: list, j: Any) -> tuple:
-            gP, gh = carry
-            pd = _pick(P, p_want)
+        def reverse(P: list, n: Any, prev: list, buf: list, slot_pos: Any, beta: Any,
+                    carry: tuple) -> tuple:
+            def step_back(carry: tuple, h: list, j: Any) -> tuple:
+                gP, gh = carry
+                pd = _pick(P, p_want)
 
-            def f(pd: list, hd: list) -> list:
-                return _pick(step(_put(P, p_want, pd), _put(h, h_diff, hd)), h_diff)
-            _, pullback = jax.vjp(f, pd, _pick(h, h_diff))
-            dP, gh = pullback(gh)
-            return [a + b for a, b in zip(gP, dP)], gh
+                def f(pd: list, hd: list) -> list:
+                    return _pick(step(_put(P, p_want, pd), _put(h, h_diff, hd)), h_diff)
+                _, pullback = jax.vjp(f, pd, _pick(h, h_diff))
+                dP, gh = pullback(gh)
+                return [a + b for a, b in zip(gP, dP)], gh
 
-        def reverse_all(carry: tuple) -> tuple:
-            carry = step_back(carry, prev, n - 1)
-            # The held snapshots in position order become the frames 0..k (frame d in slot
-            # order[d]; the free slots follow, for the frames the reversal pushes): no copy.
-            key = jnp.where(slot_pos[:S] >= 0, slot_pos[:S], jnp.iinfo(jnp.int32).max)
-            order = jnp.argsort(key).astype(jnp.int32)
-            depth = jnp.sum(slot_pos[:S] >= 0).astype(jnp.int32) - 1
-            fslots = (s - jnp.arange(S, dtype=jnp.int32))
-            return revolve.reverse(step_back, lambda h, a, b: advance(P, h, a, b), beta, buf,
-                                   order, key[order], fslots, depth, n - 1, carry)
-        gP, gh = lax.cond(n > 0, reverse_all, lambda c: c, (gP, gh))
+            def reverse_all(carry: tuple) -> tuple:
+                carry = step_back(carry, prev, n - 1)
+                # The held snapshots in position order become the frames 0..k (frame d in slot
+                # order[d]; the free slots follow, for the frames the reversal pushes): no copy.
+                key = jnp.where(slot_pos[:S] >= 0, slot_pos[:S], jnp.iinfo(jnp.int32).max)
+                order = jnp.argsort(key).astype(jnp.int32)
+                depth = jnp.sum(slot_pos[:S] >= 0).astype(jnp.int32) - 1
+                fslots = (s - jnp.arange(S, dtype=jnp.int32))
+                return revolve.reverse(step_back, lambda h, a, b: advance(P, h, a, b), beta,
+                                       buf, order, key[order], fslots, depth, n - 1, carry)
+            return lax.cond(n > 0, reverse_all, lambda c: c, carry)
+        # forward mode over the reversal works (Hessian-vector products); reverse mode over it
+        # raises bincheck's error (grad of grad: .first_order)
+        gP, gh = first_order(reverse, "bincheck.jax.while_loop")(P, n, prev, buf, slot_pos,
+                                                                 beta, (gP, gh))
         return (_put([None] * len(P), p_want, gP), [None] * n_c,
                 _put([None] * len(h_diff), h_diff, gh), None, None)
 
