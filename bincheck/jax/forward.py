@@ -119,6 +119,17 @@ def _linearized_under_remat() -> bool:
     return remat and linearize
 
 
+def _outside_jax() -> int:
+    """The ``stacklevel`` of the caller's first frame outside jax and bincheck.jax, so that a
+    warning names the user's line (the ``jax.grad`` call), not JAX's internals."""
+    frame, level = sys._getframe(2), 2          # 1: warnings.warn's caller (jvp), 2: its caller
+    while frame is not None and ("jax" in frame.f_code.co_filename.replace("\\", "/")
+                                 .split("/site-packages/")[-1].split("/")[0] or
+                                 "bincheck/jax" in frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _is_zero(t: Any) -> bool:
     return isinstance(t, Zero)
 
@@ -198,7 +209,7 @@ if HIJAX:
         # ---------------------------------------------------------------- forward mode
         def jvp(self, primals: tuple, tangents: tuple) -> tuple:
             if _linearized_under_remat():
-                warnings.warn(REMAT_WARNING, RematWarning, stacklevel=2)
+                warnings.warn(REMAT_WARNING, RematWarning, stacklevel=_outside_jax())
             P, h0, xs, _ = primals
             dP, dh0, dxs, _ = tangents
             return tangent_loop(self.spec.flat, self.spec.tables.seq_len, P, h0, xs,
