@@ -17,6 +17,11 @@ each in its own aligned slot: :data:`LOOP_SLOTS` aligned scalars and :data:`LOOP
 states of a few KiB and more these terms are noise; for tiny ones they are most of the working
 set, and without them a ``memory=`` budget was exceeded under ``memory_analysis``.
 
+Under ``vmap`` (``Flat.batch``, read at trace time by :func:`.boundary.batching`) every size is
+the batched program's: the step is compiled vmapped over one axis of the batch's size, the state,
+its cotangent, the outputs and the accumulated parameter cotangents are ``B`` of each (a plan per
+element let a budget be exceeded 1.4-fold at B=16 on a tanh cell).
+
 Not counted: what is ``seq_len`` long (the inputs, the stacked outputs of ``output_fn`` and their
 cotangents, the inputs' cotangent), which are the loop's arguments and results, as for
 ``lax.scan``, and the temporaries of the caller's own loss.
@@ -67,6 +72,30 @@ def aligned(leaves: list) -> int:
     return sum(-(-nbytes([v]) // ALIGN) * ALIGN for v in leaves)
 
 
+def _lead(leaves: list, mask: Any, B: int) -> list:
+    """Shapes of ``leaves`` with a leading batch axis of ``B`` where ``mask`` (a list, or one
+    bool for all) says they are batched."""
+    mask = [mask] * len(leaves) if isinstance(mask, bool) else mask
+    return [jax.ShapeDtypeStruct(((B,) if m and B > 1 else ()) + tuple(np.shape(v)), v.dtype)
+            for v, m in zip(leaves, mask)]
+
+
+def _temp(flat: Flat, fn: Any, *groups: tuple[list, Any]) -> int:
+    """XLA's temporaries of ``jit(fn)`` on the shapes of ``groups`` (``(leaves, batched)``
+    pairs, one per argument), compiled as the loop runs: under ``vmap`` (``flat.batch``),
+    ``fn`` vmapped over one axis of the batch's size, each argument batched where the call's
+    is; the state, the cotangents and the outputs always (the carry is batched as soon as
+    anything it depends on is)."""
+    B = flat.batch[0]
+    specs = [_lead(leaves, mask, B) for leaves, mask in groups]
+    if B > 1:
+        axes = tuple([0 if len(s.shape) > len(np.shape(v)) else None for s, v in zip(sp, leaves)]
+                     for sp, (leaves, _) in zip(specs, groups))
+        fn = jax.vmap(fn, in_axes=axes, axis_size=B)
+    compiled = jax.jit(fn).lower(*specs).compile()
+    return int(compiled.memory_analysis().temp_size_in_bytes)
+
+
 def _segment_temp(flat: Flat, L: int) -> int:
     """XLA temporaries of one compiled taped segment of ``L`` steps and its pullback (the
     masked scan of :func:`.sweep.taped_segment`)."""
@@ -77,13 +106,14 @@ def _segment_temp(flat: Flat, L: int) -> int:
     gy = [jax.ShapeDtypeStruct((L,) + tuple(s.shape), s.dtype)
           for s, d in zip(flat.y_shapes, flat.y_diff) if d]
 
-    def seg(P: list, h: list, x: list, gh: list, gy: list, m: Any) -> tuple:
-        _, pullback = taped_segment(flat, P, h, x, m, L)
+    def seg(P: list, h: list, x: list, gh: list, gy: list, m: list) -> tuple:
+        _, pullback = taped_segment(flat, P, h, x, m[0], L)
         return pullback((gh, gy))
     gh = spec(_pick(flat.h, flat.h_diff))
     m = jax.ShapeDtypeStruct((), np.int32)
-    compiled = jax.jit(seg).lower(spec(flat.p), spec(flat.h), xw, gh, gy, m).compile()
-    return int(compiled.memory_analysis().temp_size_in_bytes)
+    _, pb, _, xb = flat.batch
+    return _temp(flat, seg, (spec(flat.p), list(pb)), (spec(flat.h), True), (xw, list(xb)),
+                 (gh, True), (gy, True), ([m], False))
 
 
 def _bookkeeping(flat: Flat) -> int:
@@ -109,15 +139,21 @@ def measure(flat: Flat, segments: bool = False) -> Sizes:
         return pullback((gh, gy))
 
     out = jax.eval_shape(lambda P, h, x: flat.taped(P, h, x)[0], spec(flat.p), spec(flat.h), x0)
-    compiled = jax.jit(one_step).lower(spec(flat.p), spec(flat.h), x0, out[0], out[1]).compile()
-    temp = int(compiled.memory_analysis().temp_size_in_bytes)
-    state = nbytes(flat.h)
-    carried = 3 * aligned(flat.h) + GRAD_COPIES * aligned(_pick(flat.p, flat.p_diff))
-    slices = 2 * aligned(x0) + 2 * aligned(flat.y_shapes)
+    B, pb, _, xb = flat.batch
+    temp = _temp(flat, one_step, (spec(flat.p), list(pb)), (spec(flat.h), True),
+                 (x0, list(xb)), (out[0], True), (out[1], True))
+    # under vmap: the state, its cotangent and the outputs are batched, and so are the
+    # parameter cotangents being accumulated (one per batch element: vmap of grad's are the
+    # per-element gradients, grad of vmap's are summed after the loop)
+    h_b, y_b = _lead(flat.h, True, B), _lead(flat.y_shapes, True, B)
+    state = nbytes(h_b)
+    carried = 3 * aligned(h_b) + GRAD_COPIES * aligned(_lead(_pick(flat.p, flat.p_diff),
+                                                            True, B))
+    slices = 2 * aligned(_lead(x0, list(xb), B)) + 2 * aligned(y_b)
     work = temp + carried + slices + _bookkeeping(flat)
     if not segments:
         return Sizes(state_bytes=max(state, 1), tape_bytes=None, work_bytes=work)
-    rows = aligned(x0) + aligned(flat.y_shapes)
+    rows = aligned(_lead(x0, list(xb), B)) + aligned(y_b)
     extra = {L: _segment_temp(flat, L) - temp + 2 * L * rows for L in (2, 4)}
     tape = max(1, -(-(extra[4] - extra[2]) // 2))
     return Sizes(state_bytes=max(state, 1), tape_bytes=tape, work_bytes=work,
@@ -158,10 +194,17 @@ def measure_sweep(flat: Flat, x_wanted: bool, n: int = 10, slots: int = 3) -> Si
         out, pullback = jax.vjp(f, _pick(P, flat.p_diff), _pick(h, flat.h_diff),
                                 _pick(xs, x_mask))
         return out, pullback((gh, gy))
-    compiled = jax.jit(grad).lower(spec(flat.p), spec(flat.h), xs, gh, gy).compile()
-    temp = int(compiled.memory_analysis().temp_size_in_bytes)
-    state = nbytes(flat.h)
+    _, pb, _, xb = flat.batch
+    temp = _temp(flat, grad, (spec(flat.p), list(pb)), (spec(flat.h), True), (xs, list(xb)),
+                 (gh, True), (gy, True))
+    B = flat.batch[0]
+    h_b = _lead(flat.h, True, B)
+    state = nbytes(h_b)
     # + the final state's cotangent: an argument here, in a gradient the caller's loss makes
     # it (measure counts it among the carried buffers)
-    work = temp - slots * state + aligned(flat.h) + _bookkeeping(flat)
+    work = temp - slots * state + aligned(h_b) + _bookkeeping(flat)
+    if B > 1:
+        # the per-element parameter cotangents are this function's results; under grad of
+        # vmap they are temporaries, summed after the loop (as in measure)
+        work += GRAD_COPIES * aligned(_lead(_pick(flat.p, flat.p_diff), True, B))
     return Sizes(state_bytes=max(state, 1), tape_bytes=None, work_bytes=max(work, 1))
