@@ -153,6 +153,10 @@ class CheckpointedLoop(Configured):
         sizes = self._sizes.get(key)
         if sizes is None:
             sizes = measure(flat, self.keep_segments == "masked")
+            # what XLA holds beside the slots in the sweep itself, where it exceeds the sum of
+            # parts (loop-invariant buffers hoisted out of the sweep's loops: see measure_sweep)
+            swept = measure_sweep(flat, x_wanted=False)
+            sizes = replace(sizes, work_bytes=max(sizes.work_bytes, swept.work_bytes))
             with self._lock:
                 sizes = self._sizes.setdefault(key, sizes)
         return sizes

@@ -17,6 +17,16 @@ each in its own aligned slot: :data:`LOOP_SLOTS` aligned scalars and :data:`LOOP
 states of a few KiB and more these terms are noise; for tiny ones they are most of the working
 set, and without them a ``memory=`` budget was exceeded under ``memory_analysis``.
 
+The sum of parts misses what XLA holds beside the slots that one compiled step does not show:
+with a parameter broadcast to a large intermediate (``sin(h[:, None] * h[None, :] * c)``) and
+``c`` differentiated, a buffer of the intermediate's size lived through the whole sweep (a budget
+exceeded by that constant, 64 KiB at H=128); and with a loss of the final state, whose cotangent
+XLA computes in the program, it held 180 KB more than with the cotangent as an argument on a
+jax-cfd step (the constant ~90-160 KB its budgets were exceeded by). So a loop's sizes take the
+larger of the sum of parts and :func:`measure_sweep` (a compiled gradient of the sweep itself,
+less its slots, the final cotangent computed from the final state; about 0.4 s more at trace
+time, once per argument signature).
+
 Under ``vmap`` (``Flat.batch``, read at trace time by :func:`.boundary.batching`) every size is
 the batched program's: the step is compiled vmapped over one axis of the batch's size, the state,
 its cotangent, the outputs and the accumulated parameter cotangents are ``B`` of each (a plan per
@@ -193,16 +203,17 @@ def measure_sweep(flat: Flat, x_wanted: bool, n: int = 10, slots: int = 3) -> Si
             return _pick(new, flat.h_diff), _pick(ys, flat.y_diff)
         out, pullback = jax.vjp(f, _pick(P, flat.p_diff), _pick(h, flat.h_diff),
                                 _pick(xs, x_mask))
-        return out, pullback((gh, gy))
+        # the final state's cotangent computed from the final state, as a loss of it does
+        # (that of sum(h ** 2)): taken as an argument, XLA held 180 KB less than beside a
+        # loss on a jax-cfd step (64 x 64, the ~90 KB its budgets were exceeded by)
+        return pullback(([2 * o for o in out[0]], gy))        # h_T a temporary, as there
     _, pb, _, xb = flat.batch
     temp = _temp(flat, grad, (spec(flat.p), list(pb)), (spec(flat.h), True), (xs, list(xb)),
                  (gh, True), (gy, True))
     B = flat.batch[0]
     h_b = _lead(flat.h, True, B)
     state = nbytes(h_b)
-    # + the final state's cotangent: an argument here, in a gradient the caller's loss makes
-    # it (measure counts it among the carried buffers)
-    work = temp - slots * state + aligned(h_b) + _bookkeeping(flat)
+    work = temp - slots * state + _bookkeeping(flat)
     if B > 1:
         # the per-element parameter cotangents are this function's results; under grad of
         # vmap they are temporaries, summed after the loop (as in measure)
