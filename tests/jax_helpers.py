@@ -133,14 +133,24 @@ def _sub_jaxprs(value):
             yield from _sub_jaxprs(v)
 
 
+def _expanded(prim):
+    """The jaxpr of a hijax primitive's ``expand`` (what it lowers to), traced on its avals."""
+    avals = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), prim.in_avals)
+    return jax.make_jaxpr(lambda *args: prim.expand(*args))(*avals)
+
+
 def count_eqns(jaxpr):
-    """Equations of a jaxpr, those of every sub-jaxpr (loop bodies, branches, calls) included."""
+    """Equations of a jaxpr, those of every sub-jaxpr (loop bodies, branches, calls) and of
+    every hijax primitive's expansion (bincheck's backward sweeps are such primitives)
+    included."""
     if isinstance(jaxpr, jcore.ClosedJaxpr):
         jaxpr = jaxpr.jaxpr
     total = 0
     for eqn in jaxpr.eqns:
         total += 1
-        for value in eqn.params.values():
+        for name, value in eqn.params.items():
+            if name == "_prim" and hasattr(value, "expand"):
+                total += count_eqns(_expanded(value))
             for sub in _sub_jaxprs(value):
                 total += count_eqns(sub)
     return total

@@ -120,8 +120,8 @@ def test_scan_arguments(args):
     _, h0, xs = args
     with pytest.raises(ValueError, match="scan needs xs with a leading axis or length="):
         bj.scan(lambda c, x: (c, x), h0, None, num_ckpts=2)
-    with pytest.raises(ValueError, match="length must be a positive int .*got 0"):
-        bj.scan(lambda c, x: (c, x), h0, None, length=0, num_ckpts=2)
+    with pytest.raises(ValueError, match="length must be a non-negative int; got -1"):
+        bj.scan(lambda c, x: (c, x), h0, None, length=-1, num_ckpts=2)
     with pytest.raises(TypeError, match="give exactly one of num_ckpts"):
         bj.scan(lambda c, x: (c, x), h0, xs)
     with pytest.raises(TypeError, match="f must be callable"):

@@ -9,13 +9,19 @@ beside them):
 * :mod:`.sweep`      the checkpointed sweeps replaying the tables under ``jit`` (and a
                      ``custom_vjp`` of them)
 * :mod:`.forward`    the loop as one hijax primitive: the sweeps plus a tangent loop (forward mode)
+* :mod:`.first_order` a backward sweep as a primitive with forward mode only (grad of grad: a
+                     clear error)
 * :mod:`.sizes`      state and working-set bytes from shapes, for ``memory=``
-* :mod:`.loops`      :func:`binomial_checkpoint` and the ``lax.scan`` drop-in :func:`scan`
+* :mod:`.loops`      :func:`binomial_checkpoint`, the ``lax.scan`` drop-in :func:`scan` and
+                     :func:`scan_plan` (the plan a gradient of it uses)
 * :mod:`.revolve`    Revolve in the traced program, for segments whose length is known at run time
 * :mod:`.while_loop` :func:`while_loop` (the ``lax.while_loop`` drop-in), online planner tables
 """
 
-from .loops import CheckpointedLoop, binomial_checkpoint, scan
+from .first_order import SecondOrderError
+from .forward import RematWarning
+from .loops import CheckpointedLoop, binomial_checkpoint, scan, scan_plan
 from .while_loop import while_loop
 
-__all__ = ["binomial_checkpoint", "scan", "while_loop", "CheckpointedLoop"]
+__all__ = ["binomial_checkpoint", "scan", "scan_plan", "while_loop", "CheckpointedLoop",
+           "RematWarning", "SecondOrderError"]

@@ -15,8 +15,38 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import custom_batching, lax
 
 from ..schedule.validate import short_repr
+
+
+def batching(leaves: list) -> tuple[int, list[bool]]:
+    """``(B, batched)`` for arrays met while tracing: ``B`` is the product of the sizes of the
+    ``vmap``s that batch any of them (1 outside ``vmap``), ``batched[i]`` whether leaf ``i`` is
+    batched by one. A ``memory=`` budget is for the program the user compiles, so a vmapped
+    loop is planned with the batched sizes (the leaves a step sees inside ``vmap`` are one
+    element's). Read at trace time with an identity under ``jax.custom_batching.custom_vmap``
+    whose rule records the axis it meets and applies itself again (nested ``vmap``s), on
+    ``stop_gradient`` of the leaves (the identity has no derivative rule; its result is
+    unused)."""
+    sizes: list[int] = []
+    batched = [False] * len(leaves)
+
+    def probe() -> Callable:
+        @custom_batching.custom_vmap
+        def identity(values: list) -> list:
+            return values
+
+        @identity.def_vmap
+        def rule(axis_size: int, in_batched: list, values: list) -> tuple:
+            sizes.append(int(axis_size))
+            for i, b in enumerate(in_batched[0]):
+                batched[i] = batched[i] or bool(b)
+            probe()(values)
+            return values, in_batched[0]
+        return identity
+    probe()([lax.stop_gradient(v) for v in leaves])
+    return int(np.prod(sizes, dtype=np.int64)), batched
 
 
 def inexact(v: Any) -> bool:
@@ -79,6 +109,11 @@ class Flat:
         self.y_def = jax.tree.structure(out_shape[1])
         self.y_shapes = jax.tree.leaves(out_shape[1])
         self._converted = converted
+        # under vmap: (B, which leaves of p, h, x are batched), for memory='s sizes
+        B, batched = batching(self.p + self.h + self.x)
+        n_p, n_h = len(self.p), len(self.h)
+        self.batch = (B, tuple(batched[:n_p]), tuple(batched[n_p:n_p + n_h]),
+                      tuple(batched[n_p + n_h:]))
         self.p_diff = [inexact(v) for v in self.p]
         self.h_diff = [inexact(v) for v in self.h]
         self.x_diff = [inexact(v) for v in self.x]
@@ -87,7 +122,7 @@ class Flat:
     def signature(self) -> tuple:
         """Shapes and dtypes of every leaf: what a byte budget's sizes depend on."""
         return (signature(self.p), signature(self.h), signature(self.x), self.p_def,
-                self.h_def, self.x_def)
+                self.h_def, self.x_def, self.batch)
 
     # ------------------------------------------------------------------ steps on flat leaves
     def _call(self, P: list, h: list, x: list) -> tuple[list, list]:

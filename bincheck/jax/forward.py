@@ -18,8 +18,11 @@ reverse mode by transposing the tangent loop, which keeps every step. A hijax pr
   ``lin``; ``jax.jvp`` / ``jacfwd`` of it are).
 
 Not supported, as with the ``custom_vjp``: ``grad`` of ``grad`` (the reverse sweep's loops have
-trip counts known only at run time). ``grad`` of ``jvp`` works but is JAX's own reverse mode of
-the tangent scan, which stores every step.
+trip counts known only at run time; the sweep is wrapped by :func:`.first_order.first_order`,
+which raises :class:`.first_order.SecondOrderError` saying so). Under ``jax.checkpoint`` JAX
+asks for the forward-mode rule and transposes it (store-all): ``jvp`` warns
+(:class:`RematWarning`) when it sees that on the call stack. ``grad`` of ``jvp`` works but is
+JAX's own reverse mode of the tangent scan, which stores every step.
 
 Only inputs with a nonzero tangent are differentiated in the tangent loop (symbolic zeros are
 kept symbolic where they enter, and instantiated only for the carried state), as the reverse
@@ -32,12 +35,15 @@ and ``jvp(grad)`` work but ``jax.jvp`` of the loop raises JAX's ``custom_vjp`` e
 
 from __future__ import annotations
 
+import sys
+import warnings
 from typing import Any
 
 import jax
 from jax import lax
 
 from .boundary import Flat, _pick, _put
+from .first_order import first_order
 from .sweep import Wanted, build, routed_forward, routed_reverse, scan_plain
 from .tables import Tables
 
@@ -82,6 +88,46 @@ class _Spec:
 
     def __repr__(self) -> str:
         return f"seq_len={self.tables.seq_len}, slots={self.tables.slots}"
+
+
+class RematWarning(UserWarning):
+    """A bincheck loop differentiated inside ``jax.checkpoint``: its gradient stores every step."""
+
+
+REMAT_WARNING = (
+    "a bincheck.jax loop (binomial_checkpoint / scan) is differentiated inside jax.checkpoint "
+    "(remat): JAX then differentiates it through its forward-mode rule (the tangent loop) and "
+    "transposes that, which stores every step's state; num_ckpts= / memory= are ignored and the "
+    "checkpointed sweep never runs (the gradient is right, its memory is store-all's). Call the "
+    "loop outside jax.checkpoint (it checkpoints itself) and put jax.checkpoint around the code "
+    "beside it")
+
+
+def _linearized_under_remat() -> bool:
+    """Whether JAX's remat rule (``jax.checkpoint``) is asking for the loop's forward-mode rule
+    on its way to a reverse mode (``grad``, ``vjp``, ``linearize``): both are on the call stack.
+    Read from the stack, as JAX says nothing else to a primitive: with other JAX internals this
+    answers False (no warning), never a false alarm for ``jax.jvp`` alone."""
+    frame, remat, linearize = sys._getframe(1), False, False
+    while frame is not None:
+        code = frame.f_code
+        if "jax" in code.co_filename:
+            remat = remat or (code.co_name == "remat_jvp" and
+                              code.co_filename.endswith("ad_checkpoint.py"))
+            linearize = linearize or "linearize" in code.co_name
+        frame = frame.f_back
+    return remat and linearize
+
+
+def _outside_jax() -> int:
+    """The ``stacklevel`` of the caller's first frame outside jax and bincheck.jax, so that a
+    warning names the user's line (the ``jax.grad`` call), not JAX's internals."""
+    frame, level = sys._getframe(2), 2          # 1: warnings.warn's caller (jvp), 2: its caller
+    while frame is not None and ("jax" in frame.f_code.co_filename.replace("\\", "/")
+                                 .split("/site-packages/")[-1].split("/")[0] or
+                                 "bincheck/jax" in frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _is_zero(t: Any) -> bool:
@@ -153,12 +199,17 @@ if HIJAX:
             res, wanted = res
             g_h, g_ys = ([instantiate_zeros(c) for c, m in zip(cts, mask) if m]
                          for cts, mask in zip(g, (flat.h_diff, flat.y_diff)))
-            gP, gh, gx = routed_reverse(flat, self.spec.tables, self.spec.route, any(wanted.x),
-                                        res, g_h, g_ys, list(wanted.p), list(wanted.x))
+            def reverse(res: tuple, g_h: list, g_ys: list) -> tuple:
+                return routed_reverse(flat, self.spec.tables, self.spec.route, any(wanted.x),
+                                      res, g_h, g_ys, list(wanted.p), list(wanted.x))
+            gP, gh, gx = first_order(reverse, "bincheck.jax.binomial_checkpoint / scan")(
+                res, g_h, g_ys)
             return gP, gh, gx, (None,) * len(self.in_avals[3])
 
         # ---------------------------------------------------------------- forward mode
         def jvp(self, primals: tuple, tangents: tuple) -> tuple:
+            if _linearized_under_remat():
+                warnings.warn(REMAT_WARNING, RematWarning, stacklevel=_outside_jax())
             P, h0, xs, _ = primals
             dP, dh0, dxs, _ = tangents
             return tangent_loop(self.spec.flat, self.spec.tables.seq_len, P, h0, xs,

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from ..runtime.front import Configured
 from ..schedule.binomial import Plan
@@ -152,6 +153,10 @@ class CheckpointedLoop(Configured):
         sizes = self._sizes.get(key)
         if sizes is None:
             sizes = measure(flat, self.keep_segments == "masked")
+            # what XLA holds beside the slots in the sweep itself, where it exceeds the sum of
+            # parts (loop-invariant buffers hoisted out of the sweep's loops: see measure_sweep)
+            swept = measure_sweep(flat, x_wanted=False)
+            sizes = replace(sizes, work_bytes=max(sizes.work_bytes, swept.work_bytes))
             with self._lock:
                 sizes = self._sizes.setdefault(key, sizes)
         return sizes
@@ -262,6 +267,23 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     return CheckpointedLoop(fn, schedule, output_fn, keep_segments)
 
 
+def _scan_loop(f: Callable, xs: Any, length: int | None, num_ckpts: int | None,
+               memory: int | str | None,
+               keep_segments: bool | str) -> CheckpointedLoop | None:
+    """The loop behind :func:`scan` and :func:`scan_plan`, with the length checked."""
+    check_callable("f", f, "f(carry, x) -> (carry, y)")
+    leaves = jax.tree.leaves(xs)
+    if length is None:
+        if not leaves:
+            raise ValueError("scan needs xs with a leading axis or length=...")
+        length = int(np.shape(leaves[0])[0])
+    length = check_int("length", length, 0)
+    # length 0: nothing to checkpoint (None), the configuration checked all the same
+    loop = binomial_checkpoint(_Pair(f), max(length, 1), num_ckpts, memory=memory,
+                               keep_segments=keep_segments)
+    return loop if length else None
+
+
 def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, *,
          num_ckpts: int | None = None, memory: int | str | None = None,
          reverse: bool = False, unroll: int = 1,
@@ -269,21 +291,35 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, *,
     """A drop-in for ``jax.lax.scan(f, init, xs, length)`` whose reverse mode is checkpointed:
     ``f(carry, x) -> (carry, y)``; returns ``(carry, ys)``. Give ``num_ckpts`` or ``memory`` as
     in :func:`binomial_checkpoint` (and ``keep_segments``). Arrays ``f`` closes over are
-    differentiated as usual.
+    differentiated as usual. :func:`scan_plan` shows the plan a gradient of it uses.
+    ``length=0`` (or ``xs`` of leading length 0) returns ``init`` and empty ``ys``, as
+    ``lax.scan`` does (there is nothing to checkpoint).
     ``unroll`` is accepted for compatibility and ignored."""
-    check_callable("f", f, "f(carry, x) -> (carry, y)")
-    leaves = jax.tree.leaves(xs)
-    if length is None:
-        if not leaves:
-            raise ValueError("scan needs xs with a leading axis or length=...")
-        length = int(np.shape(leaves[0])[0])
-    length = check_int("length", length, 1, " (bincheck.jax.scan needs at least one step)")
+    loop = _scan_loop(f, xs, length, num_ckpts, memory, keep_segments)
+    if loop is None:
+        return lax.scan(f, init, xs, length=0, reverse=reverse)
     if reverse:
         xs = jax.tree.map(lambda v: jnp.flip(v, 0), xs)
-
-    loop = binomial_checkpoint(_Pair(f), length, num_ckpts, memory=memory,
-                               keep_segments=keep_segments)
     carry, ys = loop(None, init, xs)
     if reverse:
         ys = jax.tree.map(lambda v: jnp.flip(v, 0), ys)
     return carry, ys
+
+
+def scan_plan(f: Callable, init: Any, xs: Any = None, length: int | None = None, *,
+              num_ckpts: int | None = None, memory: int | str | None = None,
+              reverse: bool = False, unroll: int = 1, keep_segments: bool | str = False,
+              differentiate_inputs: bool = False) -> Any:
+    """The plan a gradient of ``scan(f, init, xs, length, ...)`` with the same arguments
+    uses, from shapes alone (nothing runs; ``init`` and ``xs`` may be arrays or
+    ``jax.ShapeDtypeStruct`` trees), as :meth:`CheckpointedLoop.preview` gives it: a
+    :class:`~bincheck.schedule.budget.BudgetPlan` (``checkpoints``, ``plain_steps``,
+    ``peak_bytes``, ``sizes``, ``memory``; iterate it for the actions) or, with
+    ``keep_segments=True``, a :class:`~bincheck.jax.segments.StaticSegmentsPlan`. With
+    ``num_ckpts`` its ``memory`` is the predicted peak. ``differentiate_inputs``: whether the
+    gradient also differentiates ``xs`` (it matters with ``keep_segments=True`` only).
+    ``length=0``: None (nothing is planned)."""
+    loop = _scan_loop(f, xs, length, num_ckpts, memory, keep_segments)
+    if loop is None:
+        return None
+    return loop.preview(None, init, xs, differentiate_inputs=differentiate_inputs)

@@ -17,6 +17,21 @@ each in its own aligned slot: :data:`LOOP_SLOTS` aligned scalars and :data:`LOOP
 states of a few KiB and more these terms are noise; for tiny ones they are most of the working
 set, and without them a ``memory=`` budget was exceeded under ``memory_analysis``.
 
+The sum of parts misses what XLA holds beside the slots that one compiled step does not show:
+with a parameter broadcast to a large intermediate (``sin(h[:, None] * h[None, :] * c)``) and
+``c`` differentiated, a buffer of the intermediate's size lived through the whole sweep (a budget
+exceeded by that constant, 64 KiB at H=128); and with a loss of the final state, whose cotangent
+XLA computes in the program, it held 180 KB more than with the cotangent as an argument on a
+jax-cfd step (the constant ~90-160 KB its budgets were exceeded by). So a loop's sizes take the
+larger of the sum of parts and :func:`measure_sweep` (a compiled gradient of the sweep itself,
+less its slots, the final cotangent computed from the final state; about 0.4 s more at trace
+time, once per argument signature).
+
+Under ``vmap`` (``Flat.batch``, read at trace time by :func:`.boundary.batching`) every size is
+the batched program's: the step is compiled vmapped over one axis of the batch's size, the state,
+its cotangent, the outputs and the accumulated parameter cotangents are ``B`` of each (a plan per
+element let a budget be exceeded 1.4-fold at B=16 on a tanh cell).
+
 Not counted: what is ``seq_len`` long (the inputs, the stacked outputs of ``output_fn`` and their
 cotangents, the inputs' cotangent), which are the loop's arguments and results, as for
 ``lax.scan``, and the temporaries of the caller's own loss.
@@ -48,14 +63,47 @@ LOOPS = 5
 GRAD_COPIES = 1
 
 
+def itemsize(dtype: Any) -> int:
+    """Bytes of one element of ``dtype``. A typed PRNG key (``jax.random.key``: an extended
+    dtype such as ``key<fry>``, which numpy cannot interpret) is stored as its key data, e.g.
+    two ``uint32`` for threefry: what ``jax.random.key_data`` of one key holds."""
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        data = jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct((), dtype))
+        return int(np.prod(data.shape, dtype=np.int64)) * np.dtype(data.dtype).itemsize
+    return np.dtype(dtype).itemsize
+
+
 def nbytes(leaves: list) -> int:
-    return int(sum(np.prod(np.shape(v), dtype=np.int64) * np.dtype(v.dtype).itemsize
-                   for v in leaves))
+    return int(sum(np.prod(np.shape(v), dtype=np.int64) * itemsize(v.dtype) for v in leaves))
 
 
 def aligned(leaves: list) -> int:
     """Bytes of ``leaves`` as XLA allocates them, each rounded up to :data:`ALIGN`."""
     return sum(-(-nbytes([v]) // ALIGN) * ALIGN for v in leaves)
+
+
+def _lead(leaves: list, mask: Any, B: int) -> list:
+    """Shapes of ``leaves`` with a leading batch axis of ``B`` where ``mask`` (a list, or one
+    bool for all) says they are batched."""
+    mask = [mask] * len(leaves) if isinstance(mask, bool) else mask
+    return [jax.ShapeDtypeStruct(((B,) if m and B > 1 else ()) + tuple(np.shape(v)), v.dtype)
+            for v, m in zip(leaves, mask)]
+
+
+def _temp(flat: Flat, fn: Any, *groups: tuple[list, Any]) -> int:
+    """XLA's temporaries of ``jit(fn)`` on the shapes of ``groups`` (``(leaves, batched)``
+    pairs, one per argument), compiled as the loop runs: under ``vmap`` (``flat.batch``),
+    ``fn`` vmapped over one axis of the batch's size, each argument batched where the call's
+    is; the state, the cotangents and the outputs always (the carry is batched as soon as
+    anything it depends on is)."""
+    B = flat.batch[0]
+    specs = [_lead(leaves, mask, B) for leaves, mask in groups]
+    if B > 1:
+        axes = tuple([0 if len(s.shape) > len(np.shape(v)) else None for s, v in zip(sp, leaves)]
+                     for sp, (leaves, _) in zip(specs, groups))
+        fn = jax.vmap(fn, in_axes=axes, axis_size=B)
+    compiled = jax.jit(fn).lower(*specs).compile()
+    return int(compiled.memory_analysis().temp_size_in_bytes)
 
 
 def _segment_temp(flat: Flat, L: int) -> int:
@@ -68,13 +116,14 @@ def _segment_temp(flat: Flat, L: int) -> int:
     gy = [jax.ShapeDtypeStruct((L,) + tuple(s.shape), s.dtype)
           for s, d in zip(flat.y_shapes, flat.y_diff) if d]
 
-    def seg(P: list, h: list, x: list, gh: list, gy: list, m: Any) -> tuple:
-        _, pullback = taped_segment(flat, P, h, x, m, L)
+    def seg(P: list, h: list, x: list, gh: list, gy: list, m: list) -> tuple:
+        _, pullback = taped_segment(flat, P, h, x, m[0], L)
         return pullback((gh, gy))
     gh = spec(_pick(flat.h, flat.h_diff))
     m = jax.ShapeDtypeStruct((), np.int32)
-    compiled = jax.jit(seg).lower(spec(flat.p), spec(flat.h), xw, gh, gy, m).compile()
-    return int(compiled.memory_analysis().temp_size_in_bytes)
+    _, pb, _, xb = flat.batch
+    return _temp(flat, seg, (spec(flat.p), list(pb)), (spec(flat.h), True), (xw, list(xb)),
+                 (gh, True), (gy, True), ([m], False))
 
 
 def _bookkeeping(flat: Flat) -> int:
@@ -100,15 +149,21 @@ def measure(flat: Flat, segments: bool = False) -> Sizes:
         return pullback((gh, gy))
 
     out = jax.eval_shape(lambda P, h, x: flat.taped(P, h, x)[0], spec(flat.p), spec(flat.h), x0)
-    compiled = jax.jit(one_step).lower(spec(flat.p), spec(flat.h), x0, out[0], out[1]).compile()
-    temp = int(compiled.memory_analysis().temp_size_in_bytes)
-    state = nbytes(flat.h)
-    carried = 3 * aligned(flat.h) + GRAD_COPIES * aligned(_pick(flat.p, flat.p_diff))
-    slices = 2 * aligned(x0) + 2 * aligned(flat.y_shapes)
+    B, pb, _, xb = flat.batch
+    temp = _temp(flat, one_step, (spec(flat.p), list(pb)), (spec(flat.h), True),
+                 (x0, list(xb)), (out[0], True), (out[1], True))
+    # under vmap: the state, its cotangent and the outputs are batched, and so are the
+    # parameter cotangents being accumulated (one per batch element: vmap of grad's are the
+    # per-element gradients, grad of vmap's are summed after the loop)
+    h_b, y_b = _lead(flat.h, True, B), _lead(flat.y_shapes, True, B)
+    state = nbytes(h_b)
+    carried = 3 * aligned(h_b) + GRAD_COPIES * aligned(_lead(_pick(flat.p, flat.p_diff),
+                                                            True, B))
+    slices = 2 * aligned(_lead(x0, list(xb), B)) + 2 * aligned(y_b)
     work = temp + carried + slices + _bookkeeping(flat)
     if not segments:
         return Sizes(state_bytes=max(state, 1), tape_bytes=None, work_bytes=work)
-    rows = aligned(x0) + aligned(flat.y_shapes)
+    rows = aligned(_lead(x0, list(xb), B)) + aligned(y_b)
     extra = {L: _segment_temp(flat, L) - temp + 2 * L * rows for L in (2, 4)}
     tape = max(1, -(-(extra[4] - extra[2]) // 2))
     return Sizes(state_bytes=max(state, 1), tape_bytes=tape, work_bytes=work,
@@ -148,11 +203,19 @@ def measure_sweep(flat: Flat, x_wanted: bool, n: int = 10, slots: int = 3) -> Si
             return _pick(new, flat.h_diff), _pick(ys, flat.y_diff)
         out, pullback = jax.vjp(f, _pick(P, flat.p_diff), _pick(h, flat.h_diff),
                                 _pick(xs, x_mask))
-        return out, pullback((gh, gy))
-    compiled = jax.jit(grad).lower(spec(flat.p), spec(flat.h), xs, gh, gy).compile()
-    temp = int(compiled.memory_analysis().temp_size_in_bytes)
-    state = nbytes(flat.h)
-    # + the final state's cotangent: an argument here, in a gradient the caller's loss makes
-    # it (measure counts it among the carried buffers)
-    work = temp - slots * state + aligned(flat.h) + _bookkeeping(flat)
+        # the final state's cotangent computed from the final state, as a loss of it does
+        # (that of sum(h ** 2)): taken as an argument, XLA held 180 KB less than beside a
+        # loss on a jax-cfd step (64 x 64, the ~90 KB its budgets were exceeded by)
+        return pullback(([2 * o for o in out[0]], gy))        # h_T a temporary, as there
+    _, pb, _, xb = flat.batch
+    temp = _temp(flat, grad, (spec(flat.p), list(pb)), (spec(flat.h), True), (xs, list(xb)),
+                 (gh, True), (gy, True))
+    B = flat.batch[0]
+    h_b = _lead(flat.h, True, B)
+    state = nbytes(h_b)
+    work = temp - slots * state + _bookkeeping(flat)
+    if B > 1:
+        # the per-element parameter cotangents are this function's results; under grad of
+        # vmap they are temporaries, summed after the loop (as in measure)
+        work += GRAD_COPIES * aligned(_lead(_pick(flat.p, flat.p_diff), True, B))
     return Sizes(state_bytes=max(state, 1), tape_bytes=None, work_bytes=max(work, 1))

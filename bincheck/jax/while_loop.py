@@ -29,8 +29,9 @@ from ..schedule.budget import parse_bytes
 from ..schedule.validate import (NUM_CKPTS_RULE, check_callable, check_int,
                                  check_positive_int, exactly_one_budget, short_repr)
 from . import revolve
-from .boundary import _pick, _put, inexact
-from .sizes import nbytes
+from .boundary import _pick, _put, batching, inexact
+from .first_order import first_order
+from .sizes import _lead, nbytes
 from .tables import OnlineTable, online_table
 
 _TABLES: dict = {}
@@ -103,8 +104,11 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any, *,
     body, b_consts = jax.closure_convert(body_fun, init_val)
     cond, c_consts = jax.closure_convert(cond_fun, init_val)
     if memory is not None:
+        def lanes_differ() -> bool:     # under vmap: does the condition differ between lanes?
+            ok = cond_fun(body_fun(init_val))
+            return batching([jnp.asarray(ok)])[1][0]
         num_ckpts = _slots_within(parse_bytes(memory), body, list(b_consts), leaves, tdef,
-                                  max_steps)
+                                  max_steps, lanes_differ)
     table, beta = _tables(num_ckpts, max_steps)
     run = _build(body, cond, tdef, len(c_consts), leaves, max_steps, table, num_ckpts)
     out = run(list(b_consts), list(c_consts), leaves, jnp.asarray(table.write_slot),
@@ -112,8 +116,15 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any, *,
     return jax.tree.unflatten(tdef, out)
 
 
+#: Under ``vmap`` with a condition that differs between lanes, JAX's batched while loops replace
+#: their whole carry by a select between the new and the old one at every step, snapshots
+#: included: a stored state was measured costing 3.6 states of temporaries (tanh cell, B=16,
+#: H=32, float32; 1.5 at B=1), counted as this many.
+SELECT_COPIES = 4
+
+
 def _slots_within(memory: int, body: Callable, P: list, h: list, tdef: Any,
-                  max_steps: int) -> int:
+                  max_steps: int, lanes_differ: Callable[[], bool] = lambda: False) -> int:
     """How many states fit ``memory`` beside the working set: one compiled step and its
     backward (``memory_analysis`` temporaries), the working state, the state before it, the
     scratch slot, the state cotangent, and the parameter cotangents with one step's share."""
@@ -125,10 +136,21 @@ def _slots_within(memory: int, body: Callable, P: list, h: list, tdef: Any,
             return _pick(jax.tree.leaves(body(jax.tree.unflatten(tdef, _put(h, mask, hd)), *P)),
                          mask)
         return jax.vjp(f, P, _pick(h, mask))[1](g)
-    compiled = jax.jit(one).lower(spec(P), spec(h), spec(_pick(h, mask))).compile()
-    state = max(nbytes(h), 1)
+    # under vmap (a budget is for the program compiled): the step vmapped, with the state, its
+    # cotangent and the parameter cotangents batched (see .sizes.measure)
+    B, batched = batching(P + h)
+    specs = [spec(P), spec(h), spec(_pick(h, mask))]
+    if B > 1:
+        specs = [_lead(specs[0], batched[:len(P)], B), _lead(specs[1], True, B),
+                 _lead(specs[2], True, B)]
+        one = jax.vmap(one, in_axes=([0 if b else None for b in batched[:len(P)]], 0, 0),
+                       axis_size=B)
+    compiled = jax.jit(one).lower(*specs).compile()
+    state = max(B * nbytes(h), 1)
     work = (int(compiled.memory_analysis().temp_size_in_bytes) + 4 * state +
-            2 * nbytes([v for v in P if inexact(v)]))
+            2 * B * nbytes([v for v in P if inexact(v)]))
+    if any(batched) and lanes_differ():
+        state *= SELECT_COPIES
     slots = (memory - work) // state
     if slots < 1:
         raise ValueError(f"memory={memory} bytes is below the least this loop needs: one stored "
@@ -189,27 +211,33 @@ def _build(body: Callable, cond: Callable, tdef: Any, n_c: int, h_leaves: list, 
               for c, m in zip(g, h_diff) if m]
         gP = [jnp.zeros_like(v) for v, w in zip(P, p_want) if w]
 
-        def step_back(carry: tuple, h: list, j: Any) -> tuple:
-            gP, gh = carry
-            pd = _pick(P, p_want)
+        def reverse(P: list, n: Any, prev: list, buf: list, slot_pos: Any, beta: Any,
+                    carry: tuple) -> tuple:
+            def step_back(carry: tuple, h: list, j: Any) -> tuple:
+                gP, gh = carry
+                pd = _pick(P, p_want)
 
-            def f(pd: list, hd: list) -> list:
-                return _pick(step(_put(P, p_want, pd), _put(h, h_diff, hd)), h_diff)
-            _, pullback = jax.vjp(f, pd, _pick(h, h_diff))
-            dP, gh = pullback(gh)
-            return [a + b for a, b in zip(gP, dP)], gh
+                def f(pd: list, hd: list) -> list:
+                    return _pick(step(_put(P, p_want, pd), _put(h, h_diff, hd)), h_diff)
+                _, pullback = jax.vjp(f, pd, _pick(h, h_diff))
+                dP, gh = pullback(gh)
+                return [a + b for a, b in zip(gP, dP)], gh
 
-        def reverse_all(carry: tuple) -> tuple:
-            carry = step_back(carry, prev, n - 1)
-            # The held snapshots in position order become the frames 0..k (frame d in slot
-            # order[d]; the free slots follow, for the frames the reversal pushes): no copy.
-            key = jnp.where(slot_pos[:S] >= 0, slot_pos[:S], jnp.iinfo(jnp.int32).max)
-            order = jnp.argsort(key).astype(jnp.int32)
-            depth = jnp.sum(slot_pos[:S] >= 0).astype(jnp.int32) - 1
-            fslots = (s - jnp.arange(S, dtype=jnp.int32))
-            return revolve.reverse(step_back, lambda h, a, b: advance(P, h, a, b), beta, buf,
-                                   order, key[order], fslots, depth, n - 1, carry)
-        gP, gh = lax.cond(n > 0, reverse_all, lambda c: c, (gP, gh))
+            def reverse_all(carry: tuple) -> tuple:
+                carry = step_back(carry, prev, n - 1)
+                # The held snapshots in position order become the frames 0..k (frame d in slot
+                # order[d]; the free slots follow, for the frames the reversal pushes): no copy.
+                key = jnp.where(slot_pos[:S] >= 0, slot_pos[:S], jnp.iinfo(jnp.int32).max)
+                order = jnp.argsort(key).astype(jnp.int32)
+                depth = jnp.sum(slot_pos[:S] >= 0).astype(jnp.int32) - 1
+                fslots = (s - jnp.arange(S, dtype=jnp.int32))
+                return revolve.reverse(step_back, lambda h, a, b: advance(P, h, a, b), beta,
+                                       buf, order, key[order], fslots, depth, n - 1, carry)
+            return lax.cond(n > 0, reverse_all, lambda c: c, carry)
+        # forward mode over the reversal works (Hessian-vector products); reverse mode over it
+        # raises bincheck's error (grad of grad: .first_order)
+        gP, gh = first_order(reverse, "bincheck.jax.while_loop")(P, n, prev, buf, slot_pos,
+                                                                 beta, (gP, gh))
         return (_put([None] * len(P), p_want, gP), [None] * n_c,
                 _put([None] * len(h_diff), h_diff, gh), None, None)
 
