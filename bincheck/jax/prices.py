@@ -1,0 +1,129 @@
+"""Prices of a step, measured: do kept segments pay? (issue 29 item 9)
+
+:func:`.segments.choose_measured` picks the segment length with the fewest evaluations of the
+step, but fewer evaluations are not less time: inside a segment's ``lax.scan`` a step can cost
+more than taped alone (on jax-cfd at T=5000 the plan chosen so ran 1.5x states only's time).
+So before a segment plan is kept, :func:`pays` predicts both plans' times from prices measured
+on this machine (:func:`step_prices`): the sweep itself, compiled over a few dozen steps and
+timed on zeros, states only and in segments, each with every state stored and with two.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+import jax
+import numpy as np
+
+from .boundary import Flat, _pick, _put
+from .segments import BlockFlat
+
+
+#: Least share of the states-only plan's predicted time that segments must save, the time
+#: priced from measured sweeps (:func:`step_prices`). The evaluations alone misled: a step
+#: inside a segment's ``lax.scan`` can cost much more than taped alone (issue 29 item 9: 1.5x
+#: states only's time on jax-cfd at T=5000).
+PRICE_MARGIN = 0.05
+#: Steps each priced sweep runs (rounded up to whole segments, at least PRICE_SEGMENTS of them),
+#: the slots of the priced sweeps that recompute, and the interleaved calls of each program
+#: whose median is taken.
+PRICE_STEPS = 48
+PRICE_SEGMENTS = 6
+PRICE_SLOTS = 2
+PRICE_REPS = 5
+
+
+def _sweep_gradient(flat: Flat, n: int, slots: int, x_wanted: bool) -> tuple[Callable, int]:
+    """``(call, plain steps)``: a call of the compiled gradient of the checkpointed sweep over
+    ``n`` (super-)steps of ``flat`` with ``slots`` stored states, on arrays of zeros (timing
+    only), and the plain (super-)steps its plan evaluates."""
+    import jax.numpy as jnp
+
+    from .forward import checkpointed
+    from .tables import revolve_tables
+    tables = revolve_tables(n, min(slots, n))
+    loop = checkpointed(flat, tables)
+    x_mask = [m and x_wanted for m in flat.x_diff]
+    zeros = lambda leaves: [np.zeros(np.shape(v), np.dtype(v.dtype)) for v in leaves]  # noqa
+    xs = [np.zeros((n,) + tuple(np.shape(v))[1:], np.dtype(v.dtype)) for v in flat.x]
+    gh = zeros(_pick(flat.h, flat.h_diff))
+    gy = [np.zeros((n,) + tuple(s.shape), np.dtype(s.dtype))
+          for s, d in zip(flat.y_shapes, flat.y_diff) if d]
+    P, h = zeros(flat.p), zeros(flat.h)
+
+    def grad(P: list, h: list, xs: list, gh: list, gy: list) -> tuple:
+        tabs = tuple(jnp.asarray(a) for a in tables.arrays())
+
+        def f(pd: list, hd: list, xd: list) -> tuple:
+            new, ys = loop(_put(P, flat.p_diff, pd), _put(h, flat.h_diff, hd),
+                           _put(xs, x_mask, xd), tabs)
+            return _pick(new, flat.h_diff), _pick(ys, flat.y_diff)
+        _, pullback = jax.vjp(f, _pick(P, flat.p_diff), _pick(h, flat.h_diff),
+                              _pick(xs, x_mask))
+        return pullback((gh, gy))
+    compiled = jax.jit(grad).lower(P, h, xs, gh, gy).compile()
+    return (lambda: compiled(P, h, xs, gh, gy)), tables.plain_steps
+
+
+class Prices:
+    """Seconds per step of a sweep, measured (:func:`step_prices`): ``step`` for each step run
+    plain once in the forward and taped once in the reverse, with all the sweep does around
+    it; ``recompute`` for each further plain evaluation (a recomputation in the reverse
+    sweep, with the snapshots it writes)."""
+
+    __slots__ = ("step", "recompute")
+
+    def __init__(self, step: float, recompute: float) -> None:
+        self.step, self.recompute = step, recompute
+
+    def time(self, seq_len: int, plain_steps: int, forward_plain: int) -> float:
+        """The predicted time of a plan: ``plain_steps`` evaluations (in steps), of which the
+        forward sweep's ``forward_plain``."""
+        return seq_len * self.step + (plain_steps - forward_plain) * self.recompute
+
+    def __repr__(self) -> str:
+        return f"Prices(step={self.step:.3g} s, recompute={self.recompute:.3g} s)"
+
+
+def step_prices(flat: Flat, L: int, x_wanted: bool) -> tuple[Prices, Prices]:
+    """The measured :class:`Prices` of the states-only sweep and of the sweep in segments of
+    ``L`` steps. Each from two compiled gradients of the sweep itself over the same steps (at
+    least :data:`PRICE_STEPS`), one with every state stored and one with
+    :data:`PRICE_SLOTS`; called :data:`PRICE_REPS` times, interleaved, on zeros; medians."""
+    n = max(PRICE_SEGMENTS, -(-PRICE_STEPS // L))
+    programs = [(flat, n * L, 1), (BlockFlat(flat, L), n, L)]
+    runs = [(_sweep_gradient(f, m, s, x_wanted), m, scale) for f, m, scale in programs
+            for s in (m, PRICE_SLOTS)]
+    calls = [call for (call, _), _, _ in runs]
+    times: list[list[float]] = [[] for _ in calls]
+    for call in calls:
+        jax.block_until_ready(call())
+    for k in range(PRICE_REPS):
+        for i in (range(len(calls)) if k % 2 == 0 else reversed(range(len(calls)))):
+            t0 = time.perf_counter()
+            jax.block_until_ready(calls[i]())
+            times[i].append(time.perf_counter() - t0)
+    t = [statistics.median(v) for v in times]
+    out = []
+    for j in (0, 2):
+        (_, every), m, scale = runs[j]
+        (_, few), _, _ = runs[j + 1]
+        steps = m * scale
+        out.append(Prices(t[j] / steps, max(0.0, t[j + 1] - t[j]) / ((few - every) * scale)))
+    return out[0], out[1]
+
+
+def pays(flat: Flat, seq_len: int, L: int, segment_plain: int, states_only_plain: int,
+         x_wanted: bool) -> bool:
+    """Whether segments of ``L`` steps (``segment_plain`` plain evaluations, in steps) are
+    predicted, at measured prices (:func:`step_prices`), to take at most ``1 -
+    PRICE_MARGIN`` of the time of the states-only plan (``states_only_plain``). Leaves of
+    an extended dtype (typed PRNG keys) have no zeros to time on: states only."""
+    if any(jax.dtypes.issubdtype(v.dtype, jax.dtypes.extended)
+           for v in flat.p + flat.h + flat.x):
+        return False
+    states, kept = step_prices(flat, L, x_wanted)
+    return kept.time(seq_len, segment_plain, seq_len - L) <= \
+        (1 - PRICE_MARGIN) * states.time(seq_len, states_only_plain, seq_len - 1)
