@@ -26,7 +26,7 @@ from .segments import BlockFlat
 #: inside a segment's ``lax.scan`` can cost much more than taped alone (issue 29 item 9: 1.5x
 #: states only's time on jax-cfd at T=5000).
 PRICE_MARGIN = 0.05
-#: Steps each priced sweep runs (rounded up to whole segments, at least PRICE_SEGMENTS of them),
+#: Steps each priced sweep runs (in segments: rounded up to whole ones, at least PRICE_SEGMENTS),
 #: the slots of the priced sweeps that recompute, and the interleaved calls of each program
 #: whose median is taken.
 PRICE_STEPS = 48
@@ -89,11 +89,12 @@ class Prices:
 
 def step_prices(flat: Flat, L: int, x_wanted: bool) -> tuple[Prices, Prices]:
     """The measured :class:`Prices` of the states-only sweep and of the sweep in segments of
-    ``L`` steps. Each from two compiled gradients of the sweep itself over the same steps (at
-    least :data:`PRICE_STEPS`), one with every state stored and one with
+    ``L`` steps. Each from two compiled gradients of the sweep itself (over
+    :data:`PRICE_STEPS` steps; in segments over at least that many and at least
+    :data:`PRICE_SEGMENTS` segments), one with every state stored and one with
     :data:`PRICE_SLOTS`; called :data:`PRICE_REPS` times, interleaved, on zeros; medians."""
     n = max(PRICE_SEGMENTS, -(-PRICE_STEPS // L))
-    programs = [(flat, n * L, 1), (BlockFlat(flat, L), n, L)]
+    programs = [(flat, PRICE_STEPS, 1), (BlockFlat(flat, L), n, L)]
     runs = [(_sweep_gradient(f, m, s, x_wanted), m, scale) for f, m, scale in programs
             for s in (m, PRICE_SLOTS)]
     calls = [call for (call, _), _, _ in runs]
