@@ -145,3 +145,18 @@ def test_interpolated_sizes_lie_on_the_line(lo, hi, L, want):
     b = Sizes(state_bytes=8, work_bytes=200 if lo != hi else 120)
     got = segments.interpolated((lo, a), (hi, b), L)
     assert got.work_bytes == want and got.state_bytes == 8
+
+
+REAL_STEP_PRICES = getattr(prices, "step_prices", None)     # before conftest's stand-in
+
+
+def test_the_prices_are_measured_per_step_on_compiled_sweeps():
+    # the real measurement (whose numbers no test may assert): it runs, under an outer trace
+    # too (the reverse mode prices at trace time), and gives positive seconds per step
+    args = problem(T)
+    flat = bj.binomial_checkpoint(tanh_cell, T, memory=BUDGET)._flat(*args)
+    got = []
+    jax.eval_shape(lambda *a: got.append(REAL_STEP_PRICES(flat, 12, False)) or 0, *args)
+    (states, kept), = got
+    assert 0 < states.step < 1 and 0 < kept.step < 1
+    assert states.recompute == kept.recompute >= 0

@@ -5,7 +5,8 @@ step, but fewer evaluations are not less time: inside a segment's ``lax.scan`` a
 more than taped alone (on jax-cfd at T=5000 the plan chosen so ran 1.5x states only's time).
 So before a segment plan is kept, :func:`pays` predicts both plans' times from prices measured
 on this machine (:func:`step_prices`): the sweep itself, compiled over a few dozen steps and
-timed on zeros, states only and in segments, each with every state stored and with two.
+timed on zeros, states only and in segments (every state stored), and a ``lax.scan`` of plain
+steps for the recomputations.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
+from jax import lax
 
 from .boundary import Flat, _pick, _put
 from .segments import BlockFlat
@@ -27,11 +29,9 @@ from .segments import BlockFlat
 #: states only's time on jax-cfd at T=5000).
 PRICE_MARGIN = 0.05
 #: Steps each priced sweep runs (in segments: rounded up to whole ones, at least PRICE_SEGMENTS),
-#: the slots of the priced sweeps that recompute, and the interleaved calls of each program
-#: whose median is taken.
+#: and the interleaved calls of each program whose median is taken.
 PRICE_STEPS = 48
 PRICE_SEGMENTS = 6
-PRICE_SLOTS = 2
 PRICE_REPS = 5
 
 
@@ -89,15 +89,24 @@ class Prices:
 
 def step_prices(flat: Flat, L: int, x_wanted: bool) -> tuple[Prices, Prices]:
     """The measured :class:`Prices` of the states-only sweep and of the sweep in segments of
-    ``L`` steps. Each from two compiled gradients of the sweep itself (over
-    :data:`PRICE_STEPS` steps; in segments over at least that many and at least
-    :data:`PRICE_SEGMENTS` segments), one with every state stored and one with
-    :data:`PRICE_SLOTS`; called :data:`PRICE_REPS` times, interleaved, on zeros; medians."""
+    ``L`` steps: ``step`` from compiled gradients of the sweep itself with every state stored
+    (over :data:`PRICE_STEPS` steps; in segments over at least that many and at least
+    :data:`PRICE_SEGMENTS` segments), ``recompute`` from a compiled ``lax.scan`` of plain
+    steps (the same for both: a sweep with two slots per plan measured about
+    the same per recomputation, at twice the compile time: 5-9e-5 s against 5.8e-5 s on the
+    stencil stand-in of benchmarks/jax/segments_pay.py). Called :data:`PRICE_REPS` times,
+    interleaved, on zeros; medians."""
     n = max(PRICE_SEGMENTS, -(-PRICE_STEPS // L))
-    programs = [(flat, PRICE_STEPS, 1), (BlockFlat(flat, L), n, L)]
-    runs = [(_sweep_gradient(f, m, s, x_wanted), m, scale) for f, m, scale in programs
-            for s in (m, PRICE_SLOTS)]
-    calls = [call for (call, _), _, _ in runs]
+    calls = [_sweep_gradient(flat, PRICE_STEPS, PRICE_STEPS, x_wanted)[0],
+             _sweep_gradient(BlockFlat(flat, L), n, n, x_wanted)[0]]
+    P = [np.zeros(np.shape(v), np.dtype(v.dtype)) for v in flat.p]
+    h = [np.zeros(np.shape(v), np.dtype(v.dtype)) for v in flat.h]
+    xs = [np.zeros((PRICE_STEPS,) + tuple(np.shape(v))[1:], np.dtype(v.dtype)) for v in flat.x]
+
+    def plain(P: list, h: list, xs: list) -> Any:
+        return lax.scan(lambda h, x: (flat.state(P, h, x), None), h, xs, length=PRICE_STEPS)[0]
+    compiled = jax.jit(plain).lower(P, h, xs).compile()
+    calls.append(lambda: compiled(P, h, xs))
     times: list[list[float]] = [[] for _ in calls]
     for call in calls:
         jax.block_until_ready(call())
@@ -106,14 +115,9 @@ def step_prices(flat: Flat, L: int, x_wanted: bool) -> tuple[Prices, Prices]:
             t0 = time.perf_counter()
             jax.block_until_ready(calls[i]())
             times[i].append(time.perf_counter() - t0)
-    t = [statistics.median(v) for v in times]
-    out = []
-    for j in (0, 2):
-        (_, every), m, scale = runs[j]
-        (_, few), _, _ = runs[j + 1]
-        steps = m * scale
-        out.append(Prices(t[j] / steps, max(0.0, t[j + 1] - t[j]) / ((few - every) * scale)))
-    return out[0], out[1]
+    states, segments, recompute = (statistics.median(v) for v in times)
+    recompute /= PRICE_STEPS
+    return Prices(states / PRICE_STEPS, recompute), Prices(segments / (n * L), recompute)
 
 
 def pays(flat: Flat, seq_len: int, L: int, segment_plain: int, states_only_plain: int,
