@@ -17,8 +17,8 @@ times, ``L * plain super-steps + seq_len``, or none when that saves less than
 :data:`SEGMENT_MIN_GAIN` of the states-only plan's evaluations. Fewer evaluations are not less
 time: a step can cost more inside a segment than taped alone, so the pick is kept only where
 :func:`.prices.pays` predicts it faster than states only at prices measured on compiled
-sweeps (:func:`.prices.step_prices`). The reverse mode makes the choice, once it knows whether the inputs are
-differentiated (:func:`.sweep.routed_forward`).
+sweeps (:func:`.prices.step_prices`). The reverse mode makes the choice, once it knows whether
+the inputs are differentiated (:func:`.sweep.routed_forward`).
 """
 
 from __future__ import annotations
@@ -208,8 +208,8 @@ def choose_measured(seq_len: int, states_only_plain: int, sizes_for_length: Call
     (``sizes_for_length(L)`` compiles a sweep): the shortest and the longest candidate that
     the slot bound of :func:`choose` leaves, then, one at a time, the length that the
     lines through the measured ones (:func:`interpolated`, less :data:`GUESS_SLACK`) predict
-    best, while one is predicted to beat the best measured. Only measured sizes are planned for the answer:
-    the budget holds as with every length measured."""
+    best, while one is predicted to beat the best measured. Only measured sizes are planned
+    for the answer: the budget holds as with every length measured."""
     limit = int((1 - SEGMENT_MIN_GAIN) * (states_only_plain + seq_len)) - seq_len
     found = [L for L in candidates(seq_len) if most_slots is None or
              L * optimal_plain_steps(seq_len // L, max(1, most_slots)) <= limit]
