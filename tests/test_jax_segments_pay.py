@@ -17,7 +17,7 @@ try:                                   # before issue 29 item 9 there were no pr
     from bincheck.jax import prices
 except ImportError:
     prices = segments
-from bincheck.jax.segments import StaticSegmentsPlan, candidates  # noqa: E402
+from bincheck.jax.segments import BlockFlat, StaticSegmentsPlan, candidates  # noqa: E402
 
 T = 120                     # 8 candidate lengths
 BUDGET = 10_000             # 96-byte states: 12-step segments, 108 plain steps against 161
@@ -89,8 +89,12 @@ def test_memory_keeps_segments_by_default_where_they_pay(monkeypatch):
     class Measured(Exception):
         pass
 
-    def measure_sweep(*a):
-        raise Measured
+    real = loops.measure_sweep
+
+    def measure_sweep(flat, *a, **k):       # a segment length's sweep (BlockFlat)
+        if isinstance(flat, BlockFlat):
+            raise Measured
+        return real(flat, *a, **k)
     monkeypatch.setattr(loops, "measure_sweep", measure_sweep)
     p, h0, xs = args
     with pytest.raises(Measured):
@@ -108,7 +112,12 @@ def test_the_default_declines_segments_that_would_not_pay(monkeypatch):
 def test_keep_segments_false_and_num_ckpts_store_states_only_and_compile_no_sweep(monkeypatch):
     args = problem(T)
     calls = []
-    monkeypatch.setattr(loops, "measure_sweep", lambda *a, **k: calls.append(a))
+    real = loops.measure_sweep
+
+    def measure_sweep(flat, *a, **k):       # segment lengths' sweeps (BlockFlat) counted
+        calls.extend([flat.L] if isinstance(flat, BlockFlat) else [])
+        return real(flat, *a, **k)
+    monkeypatch.setattr(loops, "measure_sweep", measure_sweep)
     plan = bj.binomial_checkpoint(tanh_cell, T, memory=BUDGET, keep_segments=False).preview(*args)
     assert not isinstance(plan, StaticSegmentsPlan)
     jax.grad(loss(bj.binomial_checkpoint(tanh_cell, T, 10)))(*args)
@@ -125,7 +134,7 @@ def test_a_few_lengths_are_compiled_not_every_candidate(monkeypatch):
     real = loops.measure_sweep
 
     def counted(flat, *a, **k):
-        measured.append(flat.L)
+        measured.extend([flat.L] if isinstance(flat, BlockFlat) else [])
         return real(flat, *a, **k)
     monkeypatch.setattr(loops, "measure_sweep", counted)
     budget = 8_000          # before: all 8 candidates compiled (5-step segments, 150 plain)
