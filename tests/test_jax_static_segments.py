@@ -85,7 +85,8 @@ def test_the_budget_holds_under_xla_s_meter_and_segments_beat_states_only(cell, 
     args = make(n)
     loop = bj.binomial_checkpoint(cell, n, memory=budget, keep_segments=True)
     plan = loop.preview(*args)
-    states_only = bj.binomial_checkpoint(cell, n, memory=budget).preview(*args)
+    states_only = bj.binomial_checkpoint(cell, n, memory=budget,
+                                         keep_segments=False).preview(*args)
     assert plan.plain_steps <= states_only.plain_steps
     if isinstance(plan, StaticSegmentsPlan):
         L = plan.segment_len
@@ -168,7 +169,8 @@ def test_a_length_without_candidates_stores_states_only():
     args = problem(97)
     plan = bj.binomial_checkpoint(tanh_cell, 97, memory=BUDGET, keep_segments=True).preview(*args)
     assert not isinstance(plan, StaticSegmentsPlan)
-    assert plan.plain_steps == bj.binomial_checkpoint(tanh_cell, 97, memory=BUDGET).preview(
+    assert plan.plain_steps == bj.binomial_checkpoint(tanh_cell, 97, memory=BUDGET,
+                                                      keep_segments=False).preview(
         *args).plain_steps
 
 

@@ -26,7 +26,8 @@ from ..schedule.validate import (check_bool, check_callable, check_int, check_po
 from .boundary import Flat
 from .sizes import measure, measure_sweep
 from .forward import checkpointed as build
-from .segments import BlockFlat, StaticSegmentsPlan, choose
+from .prices import pays
+from .segments import BlockFlat, StaticSegmentsPlan, choose_measured
 from .tables import Tables, compile_plan, revolve_tables
 
 
@@ -129,14 +130,19 @@ class CheckpointedLoop(Configured):
         if key in self._static:
             return self._static[key]
 
-        def plan_for_length(L: int) -> Any:
-            sizes = measure_sweep(BlockFlat(flat, L), x_wanted)
+        def plan_for_sizes(L: int, sizes: Any) -> Any:
             try:
                 return BudgetPlan(self.seq_len // L, self.schedule.memory, sizes, static=True)
             except ValueError:                      # the budget is below this length's minimum
                 return None
-        found = choose(self.seq_len, states_only.plain_steps, plan_for_length,
-                       self.schedule.memory // states_only.sizes.state_bytes)
+        found = choose_measured(self.seq_len, states_only.plain_steps,
+                                lambda L: measure_sweep(BlockFlat(flat, L), x_wanted),
+                                plan_for_sizes,
+                                self.schedule.memory // states_only.sizes.state_bytes)
+        if found is not None and not pays(flat, self.seq_len, found[0],
+                                          found[0] * found[1].plain_steps,
+                                          states_only.plain_steps, x_wanted):
+            found = None                # fewer evaluations, but not less time at their price
         with self._lock:
             return self._static.setdefault(key, found)
 
@@ -223,7 +229,7 @@ class CheckpointedLoop(Configured):
 def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None, *,
                         memory: int | str | None = None,
                         output_fn: Callable | None = None,
-                        keep_segments: bool | str = False) -> CheckpointedLoop:
+                        keep_segments: bool | str | None = None) -> CheckpointedLoop:
     """Make ``fn(params, state, x) -> new_state`` a loop over ``seq_len`` steps whose reverse
     mode replays the optimal binomial (Revolve) schedule, for ``jit``, ``grad``, ``vjp``, ``vmap``.
 
@@ -234,23 +240,29 @@ def binomial_checkpoint(fn: Callable, seq_len: int, num_ckpts: int | None = None
     ``output_fn(params, new_state, x) -> y`` is evaluated at every step and the loop returns
     ``(final_state, ys)`` with the ``y``s stacked along a new leading axis.
 
-    ``keep_segments=True`` (with ``memory``): also consider taped segments of one static length
-    ``L`` (a divisor of ``seq_len``, at most 64, leaving at least three segments): the loop runs
-    as ``seq_len / L`` super-steps, each a ``lax.scan`` of ``L`` steps, checkpointed like any
-    loop, and each reversed super-step is taped and pulled back whole (nested √T remat's shape).
-    The length with the fewest evaluations of ``fn`` is kept where it saves at least 10 % of
-    them (``segments.SEGMENT_MIN_GAIN``), else states only;
-    the reverse mode chooses, knowing whether ``inputs`` are differentiated (their windows'
-    cotangents take room), and each candidate is compiled once per argument signature and per
-    answer, at trace time (``loop.plan``: the last gradient's plan). ``fn`` then runs
-    inside a ``lax.scan``. ``keep_segments="masked"``: segments of
+    With ``memory``, by default (``keep_segments=None`` or ``True``), taped segments of one
+    static length ``L`` are considered too (a divisor of ``seq_len``, at most 64, leaving at
+    least three segments): the loop runs as ``seq_len / L`` super-steps, each a ``lax.scan``
+    of ``L`` steps, checkpointed like any loop, and each reversed super-step is taped and
+    pulled back whole (nested √T remat's shape). The length with the fewest evaluations of
+    ``fn`` is a candidate where it saves at least 10 % of them
+    (``segments.SEGMENT_MIN_GAIN``); its bytes come from compiled sweeps of at most three
+    lengths (``segments.choose_measured``). It is kept only where it is predicted faster than
+    states only by ``prices.PRICE_MARGIN`` at prices measured once per argument signature
+    (``prices.step_prices``: compiled sweeps of a few dozen steps timed on zeros), else the
+    plan stores states only. The reverse mode chooses, knowing whether ``inputs`` are
+    differentiated (their windows' cotangents take room), at trace time (``loop.plan``: the
+    last gradient's plan); ``fn`` then runs inside a ``lax.scan``. ``keep_segments=False``:
+    states only, nothing measured beyond one step. ``keep_segments="masked"``: segments of
     varying lengths (the static mixed policy,
     :class:`~bincheck.schedule.mixed.FixedLeafPlan`), a ``lax.cond`` per step; fewer
-    evaluations, but slower on XLA's CPU backend (see the JAX page of the docs). Off by default.
+    evaluations, but slower on XLA's CPU backend (see the JAX page of the docs).
     """
     exactly_one_budget(num_ckpts, memory)
     seq_len = check_positive_int("seq_len", seq_len)
-    if isinstance(keep_segments, str):
+    if keep_segments is None:       # the default: segments where they pay, within a budget
+        keep_segments = memory is not None
+    elif isinstance(keep_segments, str):
         if keep_segments != "masked":
             raise TypeError(f"keep_segments must be False, True or 'masked'; got "
                             f"{keep_segments!r}")
@@ -287,7 +299,7 @@ def _scan_loop(f: Callable, xs: Any, length: int | None, num_ckpts: int | None,
 def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, *,
          num_ckpts: int | None = None, memory: int | str | None = None,
          reverse: bool = False, unroll: int = 1,
-         keep_segments: bool | str = False) -> tuple[Any, Any]:
+         keep_segments: bool | str | None = None) -> tuple[Any, Any]:
     """A drop-in for ``jax.lax.scan(f, init, xs, length)`` whose reverse mode is checkpointed:
     ``f(carry, x) -> (carry, y)``; returns ``(carry, ys)``. Give ``num_ckpts`` or ``memory`` as
     in :func:`binomial_checkpoint` (and ``keep_segments``). Arrays ``f`` closes over are
