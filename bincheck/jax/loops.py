@@ -70,7 +70,7 @@ class CheckpointedLoop(Configured):
     @property
     def plan(self) -> Any:
         """The schedule: fixed, or with a memory budget the plan of the last trace or preview
-        (with ``keep_segments=True``: of the last gradient traced, or preview)."""
+        (with kept segments considered: of the last gradient traced, or preview)."""
         return self.last_plan if isinstance(self.schedule, MemoryBudget) else self.schedule
 
     def _flat(self, params: Any, init_state: Any, inputs: Any) -> Flat:
@@ -101,7 +101,7 @@ class CheckpointedLoop(Configured):
         return state, jax.tree.unflatten(flat.y_def, ys)
 
     def _route(self, flat: Flat, states_only: BudgetPlan) -> Callable:
-        """Static segments (``keep_segments=True``): ``route(x_wanted) -> (BlockFlat, tables)``,
+        """Static segments (where considered): ``route(x_wanted) -> (BlockFlat, tables)``,
         or ``(None, None)`` to store states only, called by the reverse mode once it knows
         whether the inputs are differentiated (their windows' cotangents are part of what a
         segment holds). The same answer for both sweeps of a call; publishes ``last_plan``."""
@@ -198,8 +198,8 @@ class CheckpointedLoop(Configured):
                 differentiate_inputs: bool = False) -> Any:
         """Sizes from shapes (``jax.eval_shape`` and compiled steps' ``memory_analysis``;
         nothing runs) and the plan a gradient would use, with its predicted peak bytes. The
-        arguments may be arrays or ``jax.ShapeDtypeStruct`` trees. With ``keep_segments=True``
-        the plan depends on whether the gradient differentiates ``inputs`` too
+        arguments may be arrays or ``jax.ShapeDtypeStruct`` trees. Where kept segments are
+        considered the plan depends on whether the gradient differentiates ``inputs`` too
         (``differentiate_inputs``): a segment then also holds its window's cotangent."""
         differentiate_inputs = check_bool("differentiate_inputs", differentiate_inputs)
         found: list = []
@@ -326,10 +326,11 @@ def scan_plan(f: Callable, init: Any, xs: Any = None, length: int | None = None,
     uses, from shapes alone (nothing runs; ``init`` and ``xs`` may be arrays or
     ``jax.ShapeDtypeStruct`` trees), as :meth:`CheckpointedLoop.preview` gives it: a
     :class:`~bincheck.schedule.budget.BudgetPlan` (``checkpoints``, ``plain_steps``,
-    ``peak_bytes``, ``sizes``, ``memory``; iterate it for the actions) or, with
-    ``keep_segments=True``, a :class:`~bincheck.jax.segments.StaticSegmentsPlan`. With
+    ``peak_bytes``, ``sizes``, ``memory``; iterate it for the actions) or, where kept segments
+    pay (``memory=`` unless ``keep_segments=False``), a
+    :class:`~bincheck.jax.segments.StaticSegmentsPlan`. With
     ``num_ckpts`` its ``memory`` is the predicted peak. ``differentiate_inputs``: whether the
-    gradient also differentiates ``xs`` (it matters with ``keep_segments=True`` only).
+    gradient also differentiates ``xs`` (it matters where kept segments are considered).
     ``length=0``: None (nothing is planned)."""
     loop = _scan_loop(f, xs, length, num_ckpts, memory, keep_segments)
     if loop is None:

@@ -1,4 +1,5 @@
-"""Taped segments of one static length: ``keep_segments=True`` with a byte budget.
+"""Taped segments of one static length, with a byte budget (``memory=``, unless
+``keep_segments=False``).
 
 XLA allocates every buffer for the whole program, so a taped segment cannot borrow the bytes of
 a freed snapshot slot, and a segment whose length varies needs a ``lax.cond`` per step to skip
