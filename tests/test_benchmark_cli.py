@@ -205,3 +205,16 @@ def test_programs_benchmark_smoke_run(tmp_path):
     for n in {r["n"] for r in rows}:
         peak = {r["strategy"]: float(r["peak_mib"]) for r in rows if r["n"] == n}
         assert peak["program @outer"] <= peak["outer binomial"]
+
+
+def test_live_sets_report(tmp_path):
+    """python -m benchmarks.programs.live_sets: three programs, each live set a small share of
+    what a tape holds at the same cut."""
+    out = subprocess.run([sys.executable, "-m", "benchmarks.programs.live_sets", "--out",
+                          str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line for line in (tmp_path / "live-sets.md").read_text().splitlines()
+            if line.startswith("| ") and "program" not in line]
+    assert len(rows) == 3
+    for row in rows:
+        assert float(row.strip("| ").split("|")[-1]) < 0.05
