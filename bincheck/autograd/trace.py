@@ -118,8 +118,6 @@ class Trace:
             index = self._keys[key] = len(self.templates)
             template = tuple(None if i in argnums else a for i, a in enumerate(args))
             self.templates.append((fun, argnums, template, dict(kwargs) if kwargs else _NO_KW))
-            self.consts_bytes += sum(value_nbytes(a) for _, a in consts
-                                     if isinstance(a, np.ndarray))
         self.tmpl.append(index)
         self.start.append(len(self.parents))
         self.parents.extend(parent_ids)
@@ -143,6 +141,35 @@ class Trace:
             last[o] = n
         self.last = last
         self._keys = {}
+        self.consts_bytes = self._owned_constants()
+
+    def _owned_constants(self) -> int:
+        """Bytes of the constant arrays only the trace keeps alive (a dropout mask drawn in
+        ``f``), by their base array; a constant the caller holds too (a closed-over input
+        array, or views of it) costs the trace nothing. Counted by references: a base whose
+        reference count exceeds the trace's own references to it and its views is held
+        elsewhere."""
+        bases: dict = {}
+        views: dict = {}
+        for _, _, template, kwargs in self.templates:
+            for a in (*template, *kwargs.values()):
+                if not isinstance(a, np.ndarray):
+                    continue
+                base = a
+                while isinstance(base.base, np.ndarray):
+                    views[id(base)] = base
+                    base = base.base
+                entry = bases.setdefault(id(base), [base, 0])
+                entry[1] += a is base                 # the template refers to it directly
+        for v in views.values():                      # each view refers to its own base
+            if id(v.base) in bases:
+                bases[id(v.base)][1] += 1
+        total = 0
+        for base, refs in bases.values():
+            # getrefcount's argument, this loop's name, the dict's list: three more
+            if sys.getrefcount(base) - 3 <= refs:
+                total += int(base.nbytes)
+        return total
 
     def cut_bytes(self, per_value: int = 0) -> np.ndarray:
         """Bytes live at each cut ``0..n`` (inputs excluded; see the module docstring), each
