@@ -233,7 +233,7 @@ def test_live_set_snapshots_hold_only_what_is_used_after_the_cut():
             x = np.tanh(x + np.sum(tmp) * 1e-6)
         return np.sum(x)
     x = rng.randn(16)
-    g = checkpoint_program(f, memory=1_300_000)
+    g = checkpoint_program(f, memory=1_700_000)
     close([grad(g)(x)], [grad(f)(x)])
     assert 1 < g.stats.snapshots and g.stats.snapshot_bytes <= g.stats.snapshots * x.nbytes
     from bincheck.autograd.trace import record
@@ -312,3 +312,34 @@ def test_preview_predicts_the_plan():
     p = g.preview(*args)
     grad(g)(*args)
     assert p.plain_ops + g.stats.ops == g.stats.plain_ops
+
+
+@pytest.mark.parametrize("budget", [{"num_ckpts": 1}, {"num_ckpts": 3}, {"memory": 90_000},
+                                    {"memory": "10MB"}])
+def test_ops_returning_tuples_pass_their_cotangents(budget):
+    """np.split and slogdet return tuples: a cut right after one must not treat it as a
+    constant (review finding: an all-zero gradient at db54116's successor)."""
+    x = rng.randn(6)
+
+    def f(x):
+        for _ in range(30):
+            x = np.sin(x) * 1.1
+        head = np.split(x, 2)[0]
+        sign, logdet = np.linalg.slogdet(np.outer(x, x) + np.eye(6) * 3)
+        return np.sum(head ** 2) + sign * logdet
+    close([grad(checkpoint_program(f, **budget))(x)], [grad(f)(x)], rtol=1e-10)
+
+
+def test_every_budget_from_the_minimum_gets_a_plan():
+    x = rng.randn(6)
+
+    def f(x):
+        for _ in range(20):
+            x = np.sin(x) * 1.1
+        return np.sum(x ** 2)
+    with pytest.raises(ValueError) as refused:
+        grad(checkpoint_program(f, memory=10))(x)
+    import re
+    least = int(re.findall(r"(\d+) bytes in all", str(refused.value))[0])
+    for memory in range(least, least + 400, 40):
+        close([grad(checkpoint_program(f, memory=memory))(x)], [grad(f)(x)])

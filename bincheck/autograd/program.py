@@ -152,10 +152,24 @@ class Replay:
         cts = pull_back(results, [ct.pop(o, None) for o in outs], roots, level)
         for p, c in zip(wrt, cts):
             if c is not None:
-                ct[p] = c if p not in ct else vspace(c).add(ct[p], c)
+                accumulate(ct, p, c, p < n_in)
         stats = self.stats
         stats.tape_seconds += t1 - t0
         stats.backward_seconds += time.perf_counter() - t1
+
+
+def accumulate(ct: dict, p: int, c: Any, owned: bool) -> None:
+    """``ct[p] += c``. An input's cotangent (``owned``: summed over the whole sweep) is a copy
+    of its own, summed into in place, so that a sum never holds two of it; others are summed
+    as autograd sums them."""
+    old = ct.get(p)
+    if old is None:
+        ct[p] = c.copy() if owned and isinstance(c, np.ndarray) else c
+    elif owned and isinstance(old, np.ndarray) and isinstance(c, np.ndarray) and \
+            old.shape == c.shape and np.can_cast(c.dtype, old.dtype, "same_kind"):
+        np.add(old, c, out=old)
+    else:
+        ct[p] = vspace(c).add(old, c)
 
 
 class _End:
@@ -311,9 +325,9 @@ class CheckpointedProgram(Configured):
         # one op's result's cotangent inside a segment
         # the working set of a reverse: the cotangents at the adjoint's cut and the live state
         # (two live sets), an op's result, its cotangent and the cotangent it pulls back (three
-        # results), the inputs' cotangents being summed (old and new), the sweep's own objects
+        # results), the inputs' cotangents (summed in place), the sweep's own objects
         inputs = sum(value_nbytes(v) for v in self_inputs if boxable(v))
-        work = 2 * int(cuts.max()) + 3 * int(out_bytes.max()) + 2 * inputs + SWEEP_OVERHEAD_B
+        work = 2 * int(cuts.max()) + 3 * int(out_bytes.max()) + inputs + SWEEP_OVERHEAD_B
         chain = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S, out_bytes + TAPED_OVERHEAD_B,
                       cuts + SNAPSHOT_OVERHEAD_B, work)
         if self.memory is None:
@@ -324,7 +338,10 @@ class CheckpointedProgram(Configured):
         else:
             trace_bytes = tr.nbytes
             planning = PLANNING_BYTES_PER_OP * n      # the per-op arrays planning builds
-            need = max(minimum_memory(chain), planning) + trace_bytes
+            # what Revolve over the ops with one snapshot needs (always a plan from there up)
+            big, tape = int(chain.cuts.max()), int(chain.tape.max())
+            need = max(minimum_memory(chain), chain.work + 3 * big + tape, planning) + \
+                trace_bytes
             if self.memory < need:
                 raise ValueError(f"memory={self.memory} bytes is below the least this program "
                                  f"needs: its trace ({trace_bytes} bytes), its largest live set "

@@ -37,9 +37,12 @@ class ClosureError(ValueError):
 
 
 def boxable(v: Any) -> bool:
-    """A float or complex value (an array or a number): what a trace boxes."""
+    """A float or complex value (an array or a number), or a tuple / list / dict holding one
+    (``np.split``, ``slogdet`` return tuples): what a trace boxes and differentiates."""
     if isinstance(v, (float, complex)) and not isinstance(v, bool):
         return True
+    if isinstance(v, (tuple, list, dict)):
+        return any(boxable(x) for x in flatten(v)[0])
     dtype = getattr(v, "dtype", None)
     return dtype is not None and dtype.kind in "fc"
 
