@@ -299,3 +299,29 @@ def test_dropout_in_a_while_loop_gives_the_plain_loops_gradient(num_ckpts):
         s = body(W, s)
     torch.testing.assert_close(h, s[0], rtol=0, atol=0)
     assert_close(got, torch.autograd.grad(s[0].pow(2).sum(), W))
+
+
+class ViewBuffer(nn.Module):
+    """A buffer that is a view of another: restores must keep them aliased (review finding)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(0.5, dtype=torch.float64))
+        self.register_buffer("base", torch.zeros(2, dtype=torch.float64))
+        self.register_buffer("v", self.base[:1])
+
+    def forward(self, h, x):
+        self.base += 1
+        return torch.tanh(h * self.w + x.sum(-1, keepdim=True) * 0.1 * self.v)
+
+
+@pytest.mark.parametrize("num_ckpts", [1, 3])
+def test_a_buffer_viewing_another_stays_its_view(num_ckpts):
+    ref, cell = ViewBuffer(), ViewBuffer()
+    _, h0, xs = problem(T)
+    h = bt.binomial_checkpoint(step, T, num_ckpts)(cell, h0, xs)
+    got = torch.autograd.grad(h.pow(2).sum(), [cell.w])
+    want = torch.autograd.grad(plain_loop(step, ref, h0, xs, T).pow(2).sum(), [ref.w])
+    assert_close(got, want)
+    assert float(cell.v) == T and cell.v.untyped_storage().data_ptr() == \
+        cell.base.untyped_storage().data_ptr()

@@ -156,16 +156,31 @@ class Buffers:
         of its own tensors (which are not written); later, written into those copies (the same
         objects: a compiled step's guards keep holding; no graph holds them at a restore)."""
         ours = self._ours
-        if ours is not None and all(owner._buffers[attr] is ours[k]
-                                    for owner, attr, k in self.slots):
-            with torch.no_grad():
-                for mine, value in zip(ours, saved):
-                    mine.copy_(value)
-        else:
-            ours = self._ours = [v.clone() for v in saved]
+        if ours is None or not all(owner._buffers[attr] is ours[k]
+                                   for owner, attr, k in self.slots):
+            ours = self._ours = self._copies()
             for owner, attr, k in self.slots:
                 owner._buffers[attr] = ours[k]
+        with torch.no_grad():
+            for mine, value in zip(ours, saved):
+                mine.copy_(value)
         self._last = saved
+
+    def _copies(self) -> list:
+        """Copies of the module's buffers that alias each other as they do: one copy of each
+        storage, each buffer a tensor over it with its own offset, shape and strides (a
+        buffer that is a view of another stays one)."""
+        storages: dict = {}
+        out = []
+        for b in self.objects():
+            storage = b.untyped_storage()
+            copy = storages.get(storage.data_ptr())
+            if copy is None:
+                copy = storages[storage.data_ptr()] = storage.clone()
+            t = torch.empty(0, dtype=b.dtype, device=b.device)
+            t.set_(copy, b.storage_offset(), b.size(), b.stride())
+            out.append(t)
+        return out
 
     def install(self, objects: list) -> None:
         """Put ``objects`` (from :meth:`objects`) back in the module."""
