@@ -14,6 +14,7 @@ One concept per module, imports flowing one way (``loops`` -> ``primitives`` -> 
 * :mod:`.while_loop` the front end for loops of unknown length, ``checkpointed_while_loop``
 * :mod:`.budgets`    byte budgets: a step measured once (:mod:`.probe`), a plan per call
 * :mod:`.trace`      recording any program's primitive ops compactly; live sets
+* :mod:`.replay`     replaying a recorded trace: plain advances, taped segments pulled back
 * :mod:`.program`    ``checkpoint_program``: a recorded program planned and replayed
 """
 

@@ -1,0 +1,166 @@
+"""Replaying a recorded trace (:mod:`.trace`): the executor's stepper for
+:func:`~bincheck.autograd.program.checkpoint_program`.
+
+An advance replays ops with their raw functions on plain values, freeing each value after its
+last use; a reverse replays its segment on boxes of autograd's reverse mode and pulls the
+cotangents of the values live after it back to those before it with autograd's own node VJPs
+and accumulation (:func:`pull_back`), so the arithmetic is plain autograd's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+from autograd.core import VJPNode, add_outgrads, vspace
+from autograd.tracer import isbox, new_box, toposort, trace_stack
+
+from ..runtime.errors import NondeterministicStepError
+from ..runtime.stats import ProgramStats
+from .trace import Trace, boxable, fingerprint, value_nbytes
+
+
+def env_nbytes(env: dict) -> int:
+    return sum(value_nbytes(v) for v in env.values())
+
+
+class Replay:
+    """The executor's stepper for one call: plain and taped replays of the trace's ops; the
+    cotangents of the values live at the adjoint's cut in ``ct``."""
+
+    def __init__(self, trace: Trace, inputs: list, stats: ProgramStats,
+                 wanted: set | None = None) -> None:
+        self.trace, self.inputs, self.stats = trace, inputs, stats
+        self.wanted = set(range(trace.n_in)) if wanted is None else wanted
+        self.ct: dict = {}
+
+    def _args(self, k: int, get: Callable[[int], Any]) -> tuple:
+        tr = self.trace
+        fun, argnums, template, kwargs = tr.templates[tr.tmpl[k]]
+        args = list(template)
+        s0 = tr.start[k]
+        for j, argnum in enumerate(argnums):
+            args[argnum] = get(tr.parents[s0 + j])
+        return fun, args, kwargs
+
+    def _check(self, k: int, value: Any) -> None:
+        prints = self.trace.prints
+        if prints is not None and fingerprint(value) != prints[k]:
+            fun = self.trace.templates[self.trace.tmpl[k]][0]
+            raise NondeterministicStepError(
+                f"verify=True: op {k} ({getattr(fun, '__name__', fun)}) gave another value when "
+                f"replayed than when the program ran: the program reads state outside its "
+                f"arguments that changed since (a captured array written in place?) or draws "
+                f"random numbers outside autograd's primitives; the gradient would be wrong")
+
+    def advance(self, env: dict, start: int, stop: int) -> dict:
+        t0 = time.perf_counter()
+        tr, inputs = self.trace, self.inputs
+        n_in, last, parents, start_of, n = tr.n_in, tr.last, tr.parents, tr.start, tr.n
+        env = dict(env)
+        get = lambda p: inputs[p] if p < n_in else env[p]  # noqa: E731
+        for k in range(start, stop):
+            fun, args, kwargs = self._args(k, get)
+            value = fun.fun(*args, **kwargs)
+            self._check(k, value)
+            if last[n_in + k] > k:
+                env[n_in + k] = value
+            for j in range(start_of[k], start_of[k + 1] if k + 1 < n else len(parents)):
+                p = parents[j]
+                if p >= n_in and last[p] == k:
+                    env.pop(p, None)
+        self.stats.plain_ops += stop - start
+        self.stats.plain_seconds += time.perf_counter() - t0
+        return env
+
+    def reverse(self, env: dict, start: int, stop: int) -> None:
+        t0 = time.perf_counter()
+        tr, inputs, ct = self.trace, self.inputs, self.ct
+        n_in, last = tr.n_in, tr.last
+        first = n_in + start
+        outs = [n_in + k for k in range(start, stop) if last[n_in + k] >= stop and tr.diff[k]]
+        self.stats.taped_ops += stop - start
+        if not any(o in ct for o in outs):          # nothing to pull back through the segment
+            for o in outs:
+                ct.pop(o, None)
+            return
+        needed = sorted({p for k in range(start, stop) for p in tr.parents_of(k) if p < first})
+        value = lambda p: inputs[p] if p < n_in else env[p]  # noqa: E731
+        # inputs nobody asked a cotangent for are constants here (no buffer for them)
+        wanted = self.wanted
+        wrt = [p for p in needed if (p >= n_in or p in wanted) and boxable(value(p))]
+        if not wrt:                                 # nothing wanted flows back through it
+            for o in outs:
+                ct.pop(o, None)
+            return
+        fixed = {p: value(p) for p in needed if p not in set(wrt)}
+
+        def segment(boxes: list) -> list:
+            local = dict(fixed)
+            local.update(zip(wrt, boxes))
+            for k in range(start, stop):
+                fun, args, kwargs = self._args(k, local.__getitem__)
+                local[n_in + k] = fun(*args, **kwargs)
+            return [local[o] for o in outs]
+        with trace_stack.new_trace() as level:
+            roots = [VJPNode.new_root() for _ in wrt]
+            results = segment([new_box(value(p), level, r) for p, r in zip(wrt, roots)])
+        t1 = time.perf_counter()
+        for k, v in zip((o - n_in for o in outs), results):
+            self._check(k, v._value if isbox(v) else v)
+        cts = pull_back(results, [ct.pop(o, None) for o in outs], roots, level)
+        for p, c in zip(wrt, cts):
+            if c is not None:
+                accumulate(ct, p, c, p < n_in)
+        stats = self.stats
+        stats.tape_seconds += t1 - t0
+        stats.backward_seconds += time.perf_counter() - t1
+
+
+def accumulate(ct: dict, p: int, c: Any, owned: bool) -> None:
+    """``ct[p] += c``. An input's cotangent (``owned``: summed over the whole sweep) is a copy
+    of its own, summed into in place, so that a sum never holds two of it; others are summed
+    as autograd sums them."""
+    old = ct.get(p)
+    if old is None:
+        ct[p] = c.copy() if owned and isinstance(c, np.ndarray) else c
+    elif owned and isinstance(old, np.ndarray) and isinstance(c, np.ndarray) and \
+            old.shape == c.shape and np.can_cast(c.dtype, old.dtype, "same_kind"):
+        np.add(old, c, out=old)
+    else:
+        ct[p] = vspace(c).add(old, c)
+
+
+class _End:
+    """The node every output of a taped segment feeds: where its backward pass starts."""
+
+    __slots__ = ("parents",)
+
+    def __init__(self) -> None:
+        self.parents: list = []
+
+
+def pull_back(outs: list, cts: list, roots: list, level: int) -> list:
+    """The cotangents of ``roots`` (the segment's boxed inputs) given those of its outputs
+    ``outs`` (None: none reached it), by autograd's own node VJPs and accumulation, in the
+    order of its ``backward_pass``; a root no cotangent reaches gets None. (One pass for
+    several boxed inputs and outputs, without the tuple boxes ``make_vjp`` would need.)"""
+    end, outgrads = _End(), {}
+    for o, g in zip(outs, cts):
+        if g is not None and isbox(o) and o._trace == level:
+            node = o._node
+            if node not in outgrads:
+                end.parents.append(node)
+            outgrads[node] = add_outgrads(outgrads.get(node), g)
+    found = dict.fromkeys(roots)
+    for node in toposort(end):
+        if node is end:
+            continue
+        g = outgrads.pop(node)[0]
+        if node in found:
+            found[node] = g
+            continue
+        for parent, ingrad in zip(node.parents, node.vjp(g)):
+            outgrads[parent] = add_outgrads(outgrads.get(parent), ingrad)
+    return [found[r] for r in roots]
