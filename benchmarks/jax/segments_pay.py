@@ -83,7 +83,6 @@ def run_problem(prob: dict, budgets: list, rounds: int) -> dict:
     from jax import lax
 
     import bincheck.jax as bj
-    from bincheck.jax import segments
     from .strategies import nearest_divisor
 
     step, T, args, loss = prob["step"], prob["T"], prob["args"], prob["loss"]

@@ -20,7 +20,6 @@ the median wall time of ``--repeats`` interleaved rounds (1 BLAS thread), and th
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time

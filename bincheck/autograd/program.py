@@ -70,7 +70,7 @@ class ProgramCall:
     """One call of a checkpointed program: its trace, plan and stats, from its forward (the
     recording) to its VJP (the replay)."""
 
-    def __init__(self, program: "CheckpointedProgram", n_leaves: int, rebuild: Callable) -> None:
+    def __init__(self, program: "CheckpointedProgram", rebuild: Callable) -> None:
         self.program, self.rebuild = program, rebuild
         self.stats = ProgramStats()
         self.trace: Trace | None = None
@@ -169,7 +169,7 @@ class CheckpointedProgram(Configured):
         if not any(reverse_traced(v) for v in boxed) or any(isbox(v._value) for v in boxed) or \
                 len({v._trace for v in boxed}) > 1:
             return self.f(*args)
-        call = ProgramCall(self, len(leaves), lambda ls: tuple(unflatten(tree_def, ls)))
+        call = ProgramCall(self, lambda ls: tuple(unflatten(tree_def, ls)))
         return call.result(program_primitive(*leaves, call=call))
 
     def plan_for(self, tr: Trace, self_inputs: list = ()) -> "ProgramPlan":
@@ -238,7 +238,7 @@ class CheckpointedProgram(Configured):
         """Record ``f(*args)`` once and return the plan a gradient would use: ``peak_bytes``
         and ``seconds`` predicted, ``plain_ops`` and ``taped_ops`` of the replay."""
         leaves, tree_def = flatten(expand_boxes(args))
-        call = ProgramCall(self, len(leaves), lambda ls: tuple(unflatten(tree_def, ls)))
+        call = ProgramCall(self, lambda ls: tuple(unflatten(tree_def, ls)))
         call.forward(tuple(leaves))
         return call.plan
 
