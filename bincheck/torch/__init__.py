@@ -14,11 +14,18 @@ One concept per module, the same roles as :mod:`bincheck.autograd` (imports flow
 * :mod:`.probe`      sizes and times of one step, for byte budgets
 * :mod:`.loops`      :func:`binomial_checkpoint`
 * :mod:`.while_loop` :func:`checkpointed_while_loop`
+* :mod:`.trace`      any forward recorded as aten ops (values, externals, live sets, writes)
+* :mod:`.replay`     the recorded ops replayed plain or taped: the stepper of a program's backward
+* :mod:`.program`    :func:`checkpoint`, :func:`checkpoint_module`, :func:`checkpoint_sequential`
 """
 
 from ..runtime.errors import NondeterministicStepError
 from .loops import CheckpointedLoop, binomial_checkpoint
+from .program import (CheckpointedFunction, CheckpointedModule, ProgramPlan, checkpoint,
+                      checkpoint_function, checkpoint_module, checkpoint_sequential, last_stats)
 from .while_loop import WhileLoop, checkpointed_while_loop
 
 __all__ = ["binomial_checkpoint", "checkpointed_while_loop", "CheckpointedLoop", "WhileLoop",
-           "NondeterministicStepError"]
+           "NondeterministicStepError", "checkpoint", "checkpoint_function", "checkpoint_module",
+           "checkpoint_sequential", "last_stats", "CheckpointedFunction", "CheckpointedModule",
+           "ProgramPlan"]

@@ -1,0 +1,357 @@
+"""Recording one forward of any PyTorch code as a trace of aten ops, for :mod:`.program`.
+
+The user's function runs once, as it would without bincheck (grad mode, modules, Python control
+flow, hooks), under a ``TorchDispatchMode`` that writes down every aten op it reaches (below
+autograd and autocast: the ops already decomposed and cast) and a saved-tensor hook that drops
+what autograd would save (the graph of the recording is thrown away; only the bytes it would
+have held are counted, as each op's tape). Each tensor an op makes is a *value* (an id); a tensor
+the trace did not make (an argument, a parameter, a buffer, a closed-over tensor) is an
+*external*, held by reference. Replaying an op is calling its ``OpOverload`` on the values of its
+arguments (:mod:`.replay`).
+
+What the trace records beside the ops, so that a replay is the recorded run:
+
+* **Random ops** (``torch.Tag.nondeterministic_seeded``): the generator's state before each; a
+  replay sets it back before running the op, so a dropout mask is the forward's.
+* **Writes.** An op that writes into a tensor (``relu_``, ``add_``, BatchNorm's running
+  statistics) makes a new value of it. An external written in place (``num_batches_tracked``)
+  is copied once, before its first write, and replays write into copies of the copy: a
+  module's buffers are updated once per forward, by the forward. A cut is never placed where a
+  value live across it is written after it (a snapshot would be written into by its replay):
+  ``Trace.cuttable``.
+* **Aliases.** Values that share storage (views) form a group: a live set's bytes count each
+  storage once, and a write to one member counts as a write to the group.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.weak import WeakIdKeyDictionary
+
+# ops whose schema does not declare the running statistics they write (positions 3 and 4,
+# written when ``training``, argument 5, is true)
+_BATCH_NORMS = {"native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm"}
+# what an op costs in the trace beside its constants (the Op object, its tuples, list slots;
+# sys.getsizeof of a recorded conv op's parts: about 0.5 kB)
+OP_OVERHEAD_B = 480
+
+
+class Op:
+    """One recorded aten op: ``func`` on ``consts`` (the flattened ``(args, kwargs)`` with the
+    tensors left out) with ``slots`` ``(position, value id)`` filled in; its tensor results are
+    the values ``outs``; ``writes`` ``(position, value id)`` the arguments it writes into (a new
+    value each); ``copies`` the positions a replay copies before the op (externals it writes);
+    ``rng`` the generator states to set before it."""
+
+    __slots__ = ("func", "spec", "consts", "slots", "outs", "writes", "copies", "rng")
+
+    def __init__(self, func, spec, consts, slots, outs, writes, copies, rng) -> None:
+        self.func, self.spec, self.consts, self.slots = func, spec, consts, slots
+        self.outs, self.writes, self.copies, self.rng = outs, writes, copies, rng
+
+
+def is_diff(t: torch.Tensor) -> bool:
+    return t.dtype.is_floating_point or t.dtype.is_complex
+
+
+def _storage(t: torch.Tensor) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return s.data_ptr(), s.nbytes()
+
+
+def rng_state(device: torch.device) -> Any:
+    if device.type == "cuda":
+        return ("cuda", device.index or 0, torch.cuda.get_rng_state(device))
+    return ("cpu", None, torch.get_rng_state())
+
+
+def set_rng_state(state: Any) -> None:
+    kind, index, value = state
+    if kind == "cuda":
+        torch.cuda.set_rng_state(value, index)
+    else:
+        torch.set_rng_state(value)
+
+
+class Trace:
+    """The ops of one forward, their values' sizes, liveness and groups, and the externals."""
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self.externals: list[torch.Tensor] = []
+        self.seconds: list[float] = []
+        self.tape: list[int] = []             # bytes autograd saved at each op (new values)
+        self.out_bytes: list[int] = []
+        self.defined: list[int] = []          # per value: the op that made it
+        self.last: list[int] = []             # per value: the last op that reads it (n: output)
+        self.group: list[int] = []            # per value: its storage group
+        self.diff: list[bool] = []            # per value: floating or complex
+        self.group_bytes: list[int] = []
+        self.last_write: dict[int, int] = {}  # group -> last op writing into it
+        self.ext_group: list[int] = []
+        self.ext_grad: list[bool] = []         # per external: did it require grad
+        self.ext_written: list[bool] = []
+        self.written: list = []               # (external, its value before the first write)
+        self.rng_bytes = 0
+        self.copied_bytes = 0
+        self.signature = 0
+
+    @property
+    def n(self) -> int:
+        return len(self.ops)
+
+    @property
+    def nbytes(self) -> int:
+        """What the trace holds beyond the user's tensors: its ops and per-value columns, the
+        generator states of random ops and the copies of externals written in place."""
+        consts = sum(sys.getsizeof(c) for op in self.ops for c in op.consts
+                     if not isinstance(c, (int, float, bool, type(None))))
+        return self.n * OP_OVERHEAD_B + 40 * len(self.defined) + consts + self.rng_bytes + \
+            self.copied_bytes
+
+    def restore_written(self) -> None:
+        """Put back the values the externals written in place had before the recording."""
+        with torch.no_grad():
+            for t, before in self.written:
+                t.copy_(before)
+
+    def cuttable(self) -> np.ndarray:
+        """``ok[c]`` for cuts ``0..n``: no value live across cut ``c`` is written (through any
+        alias) by an op at or after ``c``."""
+        n = self.n
+        bad = np.zeros(n + 2, dtype=np.int64)
+        lw = self.last_write
+        for v, g in enumerate(self.group):
+            w = lw.get(g)
+            if w is None:
+                continue
+            lo, hi = self.defined[v] + 1, min(self.last[v], w)
+            if lo <= hi:
+                bad[lo] += 1
+                bad[hi + 1] -= 1
+        ok = np.cumsum(bad)[:n + 1] == 0
+        ok[0] = ok[n] = True
+        return ok
+
+    def cut_bytes(self) -> np.ndarray:
+        """Bytes live at each cut ``0..n``: each storage group with a value defined before the
+        cut and read after it, counted once."""
+        n = self.n
+        lo: dict[int, int] = {}
+        hi: dict[int, int] = {}
+        for v, g in enumerate(self.group):
+            d, u = self.defined[v] + 1, self.last[v]
+            if d <= u:
+                lo[g] = min(lo.get(g, d), d)
+                hi[g] = max(hi.get(g, u), u)
+        diff = np.zeros(n + 2, dtype=np.int64)
+        for g, a in lo.items():
+            diff[a] += self.group_bytes[g]
+            diff[min(hi[g], n) + 1] -= self.group_bytes[g]
+        return np.cumsum(diff)[:n + 1]
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self, trace: Trace, rng: bool) -> None:
+        super().__init__()
+        self.tr, self.rng = trace, rng
+        self.vid = WeakIdKeyDictionary()
+        self.ext: dict[int, int] = {}
+        self.ptr_group: dict[int, int] = {}       # data_ptr -> group, for externals only
+        self.saved: set[int] = set()
+        self.ext_groups: set[int] = set()
+        self.ext_versions: set[int] = set()      # values that are an external, written
+
+    def value_of(self, t: torch.Tensor) -> int:
+        """The value id of ``t``: >= 0 a recorded value, < 0 external ``-1 - index``."""
+        v = self.vid.get(t)
+        if v is not None:
+            return v
+        e = self.ext.get(id(t))
+        if e is None:
+            tr = self.tr
+            e = len(tr.externals)
+            tr.externals.append(t)
+            tr.ext_grad.append(t.requires_grad)
+            tr.ext_written.append(False)
+            self.ext[id(t)] = e
+            ptr, nb = _storage(t)
+            g = self.ptr_group.get(ptr) if ptr else None
+            if g is None:
+                g = len(tr.group_bytes)
+                tr.group_bytes.append(0)          # externals are the user's: no bytes here
+                if ptr:
+                    self.ptr_group[ptr] = g
+            tr.ext_group.append(g)
+            self.ext_groups.add(g)
+        return -1 - e
+
+    def _group(self, v: int) -> int:
+        return self.tr.group[v] if v >= 0 else self.tr.ext_group[-1 - v]
+
+    def new_value(self, t: torch.Tensor, k: int, group: int) -> int:
+        tr = self.tr
+        v = len(tr.defined)
+        tr.defined.append(k)
+        tr.last.append(k)
+        tr.group.append(group)
+        tr.diff.append(is_diff(t))
+        self.vid[t] = v
+        return v
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tr = self.tr
+        k = tr.n
+        flat, spec = tree_flatten((args, kwargs))
+        slots, consts = [], list(flat)
+        ptrs: dict[int, int] = {}
+        for pos, a in enumerate(flat):
+            if isinstance(a, torch.Tensor):
+                v = self.value_of(a)
+                slots.append((pos, v))
+                consts[pos] = None
+                if v >= 0:
+                    tr.last[v] = k
+                ptr = a.untyped_storage().data_ptr()
+                if ptr:
+                    ptrs.setdefault(ptr, self._group(v))
+        written = _written(func, args, kwargs, flat)
+        copies = []
+        for pos in written:
+            v = dict(slots)[pos]
+            if v < 0:
+                e = -1 - v
+                t = tr.externals[e]
+                if self.vid.get(t) is None and id(t) in self.ext:
+                    # its first write: the trace keeps its value from before, for replays
+                    with _no_dispatch():
+                        tr.externals[e] = t.detach().clone()
+                    tr.ext_written[e] = True
+                    tr.written.append((t, tr.externals[e]))
+                    tr.copied_bytes += t.untyped_storage().nbytes()
+                copies.append(pos)
+            elif tr.group[v] in self.ext_groups and v not in self.ext_versions:
+                raise NotImplementedError(
+                    f"bincheck.torch: {func} writes in place into a view of a tensor the "
+                    f"checkpointed function did not create (a parameter, buffer or argument); "
+                    f"write into the tensor itself, or out of place")
+        state = None
+        if self.rng and torch.Tag.nondeterministic_seeded in func.tags:
+            device = next((a.device for a in flat if isinstance(a, torch.Tensor)),
+                          kwargs.get("device") or torch.device("cpu"))
+            state = rng_state(torch.device(device))
+            tr.rng_bytes += state[2].numel()
+        t0 = time.perf_counter()
+        out = func(*args, **kwargs)
+        tr.seconds.append(time.perf_counter() - t0)
+        outs, out_bytes = [], 0
+        for o in tree_flatten(out)[0]:
+            if isinstance(o, torch.Tensor):
+                ptr, nb = _storage(o)
+                g = ptrs.get(ptr) if ptr else None
+                if g is None:
+                    g = len(tr.group_bytes)
+                    tr.group_bytes.append(nb)
+                    out_bytes += nb
+                outs.append(self.new_value(o, k, g))
+        writes = []
+        for pos in written:
+            t = flat[pos]
+            v = self.vid.get(t)
+            if v is None or tr.defined[v] != k:       # not returned: a new value of its own
+                g = self._group(dict(slots)[pos])
+                v = self.new_value(t, k, g)
+            writes.append((pos, v))
+            tr.last_write[tr.group[v]] = k
+            if tr.group[v] in self.ext_groups:
+                self.ext_versions.add(v)
+        tr.ops.append(Op(func, spec, consts, tuple(slots), tuple(outs), tuple(writes),
+                         tuple(copies), state))
+        tr.out_bytes.append(out_bytes)
+        tr.tape.append(0)
+        tr.signature = hash((tr.signature, func, tuple(
+            tuple(flat[p].shape) for p, _ in slots)))
+        return out
+
+    def pack(self, t: torch.Tensor) -> None:
+        v = self.vid.get(t)
+        tr = self.tr
+        if v is not None and v not in self.saved and tr.n:
+            self.saved.add(v)
+            g = tr.group[v]
+            tr.tape[-1] += tr.group_bytes[g]
+        return None
+
+
+class _no_dispatch:
+    def __enter__(self):
+        self.guard = torch._C._DisableTorchDispatch()
+        self.guard.__enter__()
+
+    def __exit__(self, *exc):
+        self.guard.__exit__(*exc)
+
+
+def _written(func, args: tuple, kwargs: dict, flat: list) -> list[int]:
+    """Positions in ``flat`` of the tensor arguments ``func`` writes into."""
+    schema = func._schema
+    names = []
+    if schema.is_mutable:
+        for i, a in enumerate(schema.arguments):
+            if a.alias_info is not None and a.alias_info.is_write:
+                names.append(i)
+    elif func._opname in _BATCH_NORMS and len(args) > 5 and args[5]:
+        names = [3, 4]
+    if not names:
+        return []
+    # positions of the flattened (args, kwargs): positional arguments first, in order; each
+    # tensor argument is one leaf, a list of tensors several
+    positions = []
+    pos = 0
+    for i, a in enumerate(args):
+        leaves = tree_flatten(a)[0]
+        if i in names:
+            positions += [pos + j for j, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
+        pos += len(leaves)
+    arg_names = [a.name for a in schema.arguments]
+    if kwargs and any(arg_names[i] in kwargs for i in names if i < len(arg_names)):
+        base = pos                              # kwargs flatten in their order
+        for key in kwargs:
+            leaves = tree_flatten(kwargs[key])[0]
+            if key in arg_names and arg_names.index(key) in names:
+                positions += [base + j for j, x in enumerate(leaves)
+                              if isinstance(x, torch.Tensor)]
+            base += len(leaves)
+    return positions
+
+
+def record(fn: Callable, args: tuple, kwargs: dict, rng: bool) -> tuple[Trace, Any, list]:
+    """Run ``fn(*args, **kwargs)`` once, recording it: ``(trace, result, value ids of the
+    result's tensor leaves)`` (a result leaf the trace did not make is an external: id < 0)."""
+    tr = Trace()
+    rec = _Recorder(tr, rng)
+    with torch.autograd.graph.saved_tensors_hooks(rec.pack, _never), rec:
+        out = fn(*args, **kwargs)
+    leaves = [o for o in tree_flatten(out)[0]]
+    ids = []
+    for o in leaves:
+        if isinstance(o, torch.Tensor):
+            v = rec.value_of(o)
+            if v >= 0:
+                tr.last[v] = tr.n
+            ids.append(v)
+        else:
+            ids.append(None)
+    return tr, out, ids
+
+
+def _never(_: Any) -> torch.Tensor:
+    raise RuntimeError("bincheck.torch: the recording's graph is not differentiated")
