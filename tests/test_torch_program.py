@@ -185,3 +185,220 @@ def test_treelstm_over_random_trees_each_call_exact():
         _, g1, x1 = grads_of(net, [xs], lambda m: m(tree, xs).sum())
         assert_close(g1, g0)
         assert_close(x1, x0)
+
+
+# ---- torch semantics -----------------------------------------------------------------------
+
+def mlp_with_dropout():
+    return nn.Sequential(nn.Linear(6, 12), nn.Dropout(0.3), nn.Tanh(), nn.Linear(12, 12),
+                         nn.ReLU(inplace=True), nn.Dropout(0.3), nn.Linear(12, 2))
+
+
+def test_dropout_leaves_the_callers_stream_as_plain_does():
+    model = mlp_with_dropout()
+    x = torch.randn(4, 6)
+    ref = copy.deepcopy(model)
+    torch.manual_seed(3)
+    ref(x).sum().backward()
+    after_plain = torch.rand(3)
+    net = bt.checkpoint_module(model, num_ckpts=2)
+    torch.manual_seed(3)
+    net(x).sum().backward()
+    assert torch.equal(torch.rand(3), after_plain)
+    assert_close([p.grad for p in net.parameters()], [p.grad for p in ref.parameters()])
+
+
+def test_in_place_ops_and_views_are_exact():
+    w = torch.randn(6, 6, requires_grad=True)
+
+    def f(x):
+        h = x @ w
+        h.add_(1.0)                       # in place on an intermediate
+        v = h[:, :3]                      # a view
+        v.mul_(2.0)                       # written through the view
+        g = torch.tanh(h).t().contiguous().view(-1)
+        g = torch.relu_(g * 1.5)
+        return (g.view(6, -1) @ w[:5, :4]).sum(0)
+    x = torch.randn(5, 6, requires_grad=True)
+    gx0, gw0 = torch.autograd.grad(f(x).pow(2).sum(), (x, w))
+    for nc in (2, 3, 50):
+        y = bt.checkpoint(f, x, num_ckpts=nc)
+        gx1, gw1 = torch.autograd.grad(y.pow(2).sum(), (x, w))
+        assert_close([gx1, gw1], [gx0, gw0])
+
+
+def test_closed_over_tensor_gets_its_gradient():
+    a = torch.randn(4, requires_grad=True)
+    h = a * 2                             # not a leaf: a tensor with its own graph
+
+    def f(x):
+        return torch.sin(x * h).sum() + (x ** 2).sum()
+    x = torch.randn(4, requires_grad=True)
+    ga0, gx0 = torch.autograd.grad(f(x), (a, x), retain_graph=True)
+    ga1, gx1 = torch.autograd.grad(bt.checkpoint(f, x, num_ckpts=2), (a, x))
+    assert_close([ga1, gx1], [ga0, gx0])
+
+
+def test_parameter_hook_fires_once_and_grad_accumulates_once():
+    model = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 1))
+    fired = []
+    model[0].weight.register_hook(lambda g: fired.append(1))
+    net = bt.checkpoint_module(model, num_ckpts=2)
+    x = torch.randn(7, 3)
+    net(x).sum().backward()
+    assert len(fired) == 1
+    first = model[0].weight.grad.clone()
+    net(x).sum().backward()
+    assert len(fired) == 2
+    assert torch.allclose(model[0].weight.grad, 2 * first, rtol=1e-12, atol=0)
+
+
+def test_grad_wrt_inputs_only_retain_graph_and_second_backward():
+    model = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 2))
+    x = torch.randn(4, 3, requires_grad=True)
+    (g0,) = torch.autograd.grad(model(x).sum(), x)
+    net = bt.checkpoint_module(model, num_ckpts=2)
+    y = net(x).sum()
+    (g1,) = torch.autograd.grad(y, x, retain_graph=True)
+    (g2,) = torch.autograd.grad(y, x)
+    assert_close([g1, g2], [g0, g0])
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_create_graph_double_backward_is_a_clear_error():
+    model = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 1))
+    net = bt.checkpoint_module(model, num_ckpts=2)
+    x = torch.randn(4, 3, requires_grad=True)
+    with pytest.raises(RuntimeError, match="create_graph=True"):
+        torch.autograd.grad(net(x).sum(), x, create_graph=True)
+
+
+def test_autocast_recomputation_matches_the_forward():
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4)).float()
+    x = torch.randn(3, 8, dtype=torch.float32)
+    ref = copy.deepcopy(model)
+    with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+        ref(x).float().sum().backward()
+    net = bt.checkpoint_module(model, num_ckpts=2)
+    with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+        y = net(x)
+        assert y.dtype == torch.bfloat16
+        y.float().sum().backward()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert torch.equal(p.grad, q.grad)
+
+
+def test_no_grad_and_inference_mode_just_run_the_model():
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    net = bt.checkpoint_module(model, num_ckpts=2)
+    x = torch.randn(5, 3)
+    with torch.no_grad():
+        y = net(x)
+    with torch.inference_mode():
+        z = net(x)
+    assert y.grad_fn is None and z.grad_fn is None
+    assert int(model[1].num_batches_tracked) == 2
+
+
+def test_module_shares_parameters_state_dict_and_mode():
+    model = resnet(4, 1)
+    net = bt.checkpoint_module(model, num_ckpts=3)
+    assert [id(p) for p in net.parameters()] == [id(p) for p in model.parameters()]
+    assert list(net.state_dict()) == list(model.state_dict())
+    other = resnet(4, 1)
+    net.load_state_dict(other.state_dict())
+    assert torch.equal(model[0].weight, other[0].weight)
+    net.eval()
+    assert not model.training and not model[1].training
+    net.train()
+    assert model[1].training
+
+
+def test_checkpoint_passes_keywords_and_sequential_matches():
+    seq = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1))
+    x = torch.randn(6, 4, requires_grad=True)
+    (g0,) = torch.autograd.grad(seq(x).sum(), x)
+    (g1,) = torch.autograd.grad(bt.checkpoint_sequential(seq, x, num_ckpts=2).sum(), x)
+    (g2,) = torch.autograd.grad(bt.checkpoint(lambda a, scale: seq(a) * scale, x,
+                                              num_ckpts=2, scale=3.0).sum(), x)
+    assert_close([g1, g2], [g0, 3 * g0])
+    stats = bt.last_stats()
+    assert stats.ops > 0 and stats.taped_ops >= stats.ops
+
+
+# ---- memory --------------------------------------------------------------------------------
+
+def test_memory_budget_holds_under_the_profiler():
+    torch.set_default_dtype(torch.float32)
+    model = nn.Sequential(*[m for _ in range(16) for m in (nn.Linear(64, 64), nn.Tanh())])
+    x = torch.randn(2048, 64)
+    ref = copy.deepcopy(model)
+
+    def plain():
+        ref(x).sum().backward()
+    _, store_all = allocation_peak(plain)
+    budget = store_all // 2
+    net = bt.checkpoint_module(model, memory=budget)
+    net(x).sum().backward()                   # plans (and caches the plan)
+    model.zero_grad(set_to_none=True)
+    _, peak = allocation_peak(lambda: net(x).sum().backward())
+    assert peak <= budget, (peak, budget, store_all)
+    assert net.stats.plain_ops > net.stats.ops
+    assert_close([p.grad for p in model.parameters()], [p.grad for p in ref.parameters()],
+                 rtol=1e-5)
+
+
+def test_budget_below_the_minimum_is_refused_naming_it():
+    model = nn.Sequential(nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 32))
+    net = bt.checkpoint_module(model, memory=1000)
+    with pytest.raises(ValueError, match=r"memory=1000 bytes is below .* pass memory=(\d+)"):
+        net(torch.randn(8, 32))
+
+
+def test_num_ckpts_at_least_the_stages_recomputes_nothing():
+    model = mlp_with_dropout()
+    net = bt.checkpoint_module(model, num_ckpts=10_000)
+    net(torch.randn(4, 6)).sum().backward()
+    s = net.stats
+    assert s.taped_ops == s.ops and s.plain_ops <= 2 * s.ops
+
+
+# ---- bad input -----------------------------------------------------------------------------
+
+def test_bad_input_is_named():
+    with pytest.raises(TypeError, match="exactly one"):
+        bt.checkpoint_module(nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="exactly one"):
+        bt.checkpoint_module(nn.Linear(2, 2), num_ckpts=2, memory="1MB")
+    with pytest.raises(ValueError, match="num_ckpts"):
+        bt.checkpoint_module(nn.Linear(2, 2), num_ckpts=0)
+    with pytest.raises(TypeError, match="model must be"):
+        bt.checkpoint_module(lambda x: x, num_ckpts=2)
+    with pytest.raises(ValueError, match="must return a tensor"):
+        bt.checkpoint(lambda x: float(x.sum()), torch.randn(3, requires_grad=True),
+                      num_ckpts=2)
+    with pytest.raises(ValueError, match="use_reentrant"):
+        bt.checkpoint(torch.sin, torch.randn(3), num_ckpts=2, use_reentrant=True)
+
+
+def test_verify_detects_a_recomputation_that_differs():
+    state = {"k": 1.0}
+    w = torch.randn(4, requires_grad=True)
+    side = torch.ones(4)
+
+    def f(x):
+        y = torch.tanh(x * w) * side
+        return (y * 2).sum()
+    x = torch.randn(4)
+    y = bt.checkpoint(f, x, num_ckpts=2, verify=True)
+    side.mul_(3.0)                            # changed between the forward and the backward
+    with pytest.raises(bt.NondeterministicStepError):
+        y.backward()
+    del state
+
+
+def test_import_bincheck_does_not_import_torch_program():
+    import subprocess
+    import sys
+    code = "import bincheck, sys; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -29,7 +29,6 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..runtime.executor import Executor
@@ -133,8 +132,12 @@ class _ProgramFunction(torch.autograd.Function):
         return outs
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, *grads: torch.Tensor) -> tuple:
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "bincheck.torch: a checkpointed forward's backward cannot build a graph "
+                "(create_graph=True, double backward): its replays run on detached snapshots. "
+                "Differentiate the plain model for higher derivatives")
         return (None,) + ctx.call.backward(grads)
 
 
@@ -227,7 +230,7 @@ class CheckpointedFunction(Configured):
         biggest = np.maximum.reduceat(out_bytes, bounds[:-1])
         grads = sum(t.untyped_storage().nbytes() for t, g in zip(tr.externals, tr.ext_grad)
                     if g)
-        work = 2 * int(cuts.max()) + 3 * int(out_bytes.max()) + grads + SWEEP_OVERHEAD_B
+        work = 2 * int(cuts.max()) + int(out_bytes.max()) + grads + SWEEP_OVERHEAD_B
         chain = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S * counts, saved + biggest,
                       cuts + SNAPSHOT_OVERHEAD_B, work)
         if self.memory is None:
