@@ -155,7 +155,8 @@ def test_resnet_with_batchnorm_in_training_mode(budget):
     model = resnet()
     x = torch.randn(3, 3, 8, 8, requires_grad=True)
     net = same_gradients(model, [x], lambda m: m(x).pow(2).sum(), **budget)
-    assert net.stats.ops > 30 and net.stats.taped_ops >= net.stats.ops - 1
+    s = net.stats
+    assert s.ops > 30 and 0 < s.taped_ops <= s.ops and s.plain_ops >= s.ops
 
 
 @pytest.mark.parametrize("budget", [dict(num_ckpts=3), dict(memory="400kB")])
@@ -323,7 +324,7 @@ def test_checkpoint_passes_keywords_and_sequential_matches():
                                               num_ckpts=2, scale=3.0).sum(), x)
     assert_close([g1, g2], [g0, 3 * g0])
     stats = bt.last_stats()
-    assert stats.ops > 0 and stats.taped_ops >= stats.ops
+    assert stats.ops > 0 and stats.taped_ops > 0
 
 
 # ---- memory --------------------------------------------------------------------------------
@@ -358,9 +359,12 @@ def test_budget_below_the_minimum_is_refused_naming_it():
 def test_num_ckpts_at_least_the_stages_recomputes_nothing():
     model = mlp_with_dropout()
     net = bt.checkpoint_module(model, num_ckpts=10_000)
-    net(torch.randn(4, 6)).sum().backward()
+    x = torch.randn(4, 6)
+    net(x).sum().backward()              # the first call plans after its forward: it replays
+    assert net.stats.taped_ops > 0
+    net(x).sum().backward()              # the same ops: the forward keeps what the plan tapes
     s = net.stats
-    assert s.taped_ops == s.ops and s.plain_ops <= 2 * s.ops
+    assert s.taped_ops == 0 and s.plain_ops == s.ops    # the forward's tape: store-all's work
 
 
 # ---- bad input -----------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -36,17 +36,22 @@ from ..runtime.front import Configured
 from ..runtime.stats import ProgramStats
 from ..runtime.store import MemoryStore
 from ..schedule.budget import parse_bytes
-from ..schedule.chain import Chain, ChainPlan, minimum_memory
+from ..schedule.actions import Advance, Free, Reverse, Snapshot
+from ..schedule.chain import Chain, ChainPlan, chain_cost, minimum_memory
 from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable,
                                  check_positive_int, exactly_one_budget)
-from .replay import Replay, env_nbytes, fingerprint, replaying
-from .trace import Trace, record
+from .replay import Replay, env_nbytes, replaying
+from .trace import Plan0, Trace, record
 
 # what a taped op costs beside three times its plain time (autograd's node, the replay's Python)
 TAPED_OVERHEAD_S = 2e-5
 # what a snapshot and the sweep hold beside the tensors' bytes (dicts, the executor's tables)
 SNAPSHOT_OVERHEAD_B = 512
 SWEEP_OVERHEAD_B = 16 * 1024
+# the share of the budget (after the trace) a plan may predict: the model is coarse (autograd's
+# own gradient buffers are estimated as two live sets and two op results); plans whose
+# predicted peak filled the budget measured up to 1.08x it on an MLP (profiler's meter)
+MODEL_SHARE = 0.9
 
 _last = threading.local()
 
@@ -58,14 +63,34 @@ def last_stats() -> ProgramStats | None:
 
 
 class ProgramPlan:
-    """The stages (op bounds) and actions of one trace's plan, and its predictions."""
+    """The stages (op bounds) and actions of one trace's plan, its predictions, and what a
+    forward that expects it does (:class:`~.trace.Plan0`)."""
 
-    def __init__(self, bounds: list[int], actions: Any, peak_bytes: int, seconds: float,
+    def __init__(self, bounds: list[int], actions: tuple, peak_bytes: int, seconds: float,
                  plain_stages: int, taped_stages: int) -> None:
         self.bounds, self.actions = bounds, actions
         self.stages = len(bounds) - 1
         self.peak_bytes, self.seconds = peak_bytes, seconds
         self.plain_stages, self.taped_stages = plain_stages, taped_stages
+        self.plan0, self.keep_from = None, None
+
+    def expect(self, trace: Trace) -> None:
+        """Work out what the forward captures for this plan: the live set at every cut the
+        plan's first advances reach (before its first taped segment), and from which op on it
+        keeps autograd's saved tensors (that segment's)."""
+        live = trace.live_sets()
+        capture: dict[int, tuple] = {}
+        for action in self.actions:
+            if type(action) is Advance:
+                c = self.bounds[action.stop]
+                capture[c] = live(c)
+            elif type(action) is Reverse:
+                c = self.bounds[action.start]
+                capture[c] = live(c)
+                self.keep_from = c
+                break
+        capture.pop(0, None)
+        self.plan0 = Plan0(capture, self.keep_from)
 
     def __repr__(self) -> str:
         return (f"ProgramPlan(stages={self.stages}, peak_bytes={self.peak_bytes}, "
@@ -73,79 +98,135 @@ class ProgramPlan:
 
 
 class ProgramCall:
-    """One call: its trace, plan and stats, from the recording to every backward."""
+    """One call: its trace and plan from the recording, and the backward's executor, driven by
+    autograd asking for saved tensors (:meth:`fetch`)."""
 
     def __init__(self, program: "CheckpointedFunction") -> None:
         self.program = program
         self.stats = ProgramStats()
         self.trace: Trace | None = None
         self.plan: ProgramPlan | None = None
+        self.lock = threading.Lock()
+        self.replay: Replay | None = None
+        self.executor: Executor | None = None
+        self.actions: Iterator | None = None
 
-    def record(self, args: tuple, kwargs: dict) -> Any:
+    def record(self, args: tuple, kwargs: dict, plan0: Plan0 | None) -> Any:
         program, stats = self.program, self.stats
         t0 = time.perf_counter()
-        tr, out, ids = record(program.fn, args, kwargs, program.preserve_rng_state)
+        tr, out, ids, rec = record(program.fn, args, kwargs, program.preserve_rng_state,
+                                   self.unpack, plan0, program.verify)
         t1 = time.perf_counter()
-        self.trace, self.ids = tr, ids
+        self.trace, self.ids, self.rec = tr, ids, rec
         stats.ops = stats.plain_ops = tr.n
         stats.record_seconds = stats.plain_seconds = t1 - t0
-        self.prints = None
-        if program.verify:
-            self.prints = {}
         stats.trace_bytes = tr.nbytes
+        self.rng = any(op.rng is not None for op in tr.ops)
+        self.cuda_devices = sorted({t.device.index or 0 for t in tr.externals
+                                    if t.device.type == "cuda"})
         return out
 
-    def make_plan(self) -> ProgramPlan:
-        t0 = time.perf_counter()
-        self.plan = self.program.plan_for(self.trace)
-        self.stats.stages = self.plan.stages
-        self.stats.plan_seconds = time.perf_counter() - t0
-        return self.plan
+    def start(self, plan: ProgramPlan, expected: bool) -> None:
+        """Set up the backward: from the plan's first action, or, where the forward ran the
+        plan it expected, from its first taped segment with the snapshots it captured."""
+        self.plan = plan
+        self.stats.stages = plan.stages
+        self.uses = {v: len(ks) for v, ks in self.trace.savers.items()}
+        self.replay = Replay(self.trace, plan.bounds, self.stats)
+        self.store = MemoryStore(size=env_nbytes)
+        self.executor = Executor(plan.stages, {}, self.store)
+        self.actions = iter(plan.actions)
+        rec = self.rec
+        if expected and plan.keep_from is not None:
+            captured, bounds = rec.captured, plan.bounds
+            captured[0] = {}
 
-    def backward(self, grads: tuple) -> tuple:
-        t0 = time.perf_counter()
-        tr, stats, plan = self.trace, self.stats, self.plan
-        replay = Replay(tr, plan.bounds, set(self.wanted), stats, self.prints)
-        for v, g in zip(self.out_vids, grads):
-            if g is not None:
-                replay.ct[v] = g if v not in replay.ct else replay.ct[v] + g
-        store = MemoryStore(size=env_nbytes)
-        executor = Executor(plan.stages, {}, store)
-        with replaying(self.cuda_devices, any(op.rng is not None for op in tr.ops)):
-            executor.run(iter(plan.actions), replay)
-        executor.tracker.finish()
-        stats.snapshots = executor.tracker.peak_checkpoints
-        stats.snapshot_bytes = store.peak_nbytes
-        stats.peak_bytes = stats.trace_bytes + max(store.peak_nbytes, plan.peak_bytes)
-        stats.library_seconds += time.perf_counter() - t0
-        self.program.stats = stats
-        _last.stats = stats
-        return tuple(replay.ext_ct.get(e) for e in self.wanted)
+            class Captured:                     # the forward did these advances
+                def advance(self, env: dict, a: int, b: int) -> dict:
+                    return captured[bounds[b]]
 
+                def reverse(self, env: dict, a: int, b: int) -> None:
+                    raise AssertionError("unreachable")
+            first = self.executor.run(self.actions, Captured(), until=Reverse)
+            self.replay.materialized = rec.kept     # the forward kept its saved tensors
+            self.executor.tracker.apply(first)
+            self.executor.live = None
+        self.rec = None
+        self._finish()
 
-class _ProgramFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, call: ProgramCall, *tensors: torch.Tensor) -> tuple:
-        ctx.call = call
-        outs = call.results
-        call.results = None
-        return outs
+    def unpack(self, saved: Any) -> torch.Tensor:
+        if saved.t is not None:
+            return saved.t
+        return self.fetch(saved.v)
 
-    @staticmethod
-    def backward(ctx, *grads: torch.Tensor) -> tuple:
+    def fetch(self, v: int) -> torch.Tensor:
+        """The value ``v`` for autograd: from the segment taped last, else from the plan's next
+        taped segments (running its actions up to each), else by starting the plan over."""
         if torch.is_grad_enabled():
             raise RuntimeError(
                 "bincheck.torch: a checkpointed forward's backward cannot build a graph "
-                "(create_graph=True, double backward): its replays run on detached snapshots. "
-                "Differentiate the plain model for higher derivatives")
-        return (None,) + ctx.call.backward(grads)
+                "(create_graph=True, double backward): its saved tensors are recomputed without "
+                "one. Differentiate the plain model for higher derivatives")
+        t = self._take(v)
+        if t is not None:
+            return t
+        with self.lock, replaying(self.cuda_devices, self.rng):
+            t0 = time.perf_counter()
+            try:
+                for attempt in range(2):
+                    t = self._run_to(v)
+                    if t is not None:
+                        return t
+                    self._restart()
+                return self.replay.regenerate(v)
+            finally:
+                self.stats.library_seconds += time.perf_counter() - t0
+
+    def _run_to(self, v: int) -> torch.Tensor | None:
+        executor, replay = self.executor, self.replay
+        for action in self.actions:
+            executor.apply(action, replay)
+            if type(action) is Reverse:
+                self._finish()
+                t = self._take(v)
+                if t is not None:
+                    return t
+        self._finish()
+        return None
+
+    def _take(self, v: int) -> torch.Tensor | None:
+        """``v`` from the taped segment, dropped there once every node saving it has it."""
+        materialized = self.replay.materialized
+        t = materialized.get(v)
+        if t is not None:
+            left = self.uses.get(v, 1) - 1
+            self.uses[v] = left
+            if left <= 0:
+                del materialized[v]
+        return t
+
+    def _restart(self) -> None:
+        self.uses = {v: len(ks) for v, ks in self.trace.savers.items()}
+        self.store = MemoryStore(size=env_nbytes)
+        self.executor = Executor(self.plan.stages, {}, self.store)
+        self.actions = iter(self.plan.actions)
+        self.replay.materialized = {}
+
+    def _finish(self) -> None:
+        stats = self.stats
+        if self.executor.tracker.peak_checkpoints:
+            stats.snapshots = max(stats.snapshots, self.executor.tracker.peak_checkpoints)
+        stats.snapshot_bytes = max(stats.snapshot_bytes, self.store.peak_nbytes)
+        stats.peak_bytes = stats.trace_bytes + max(self.store.peak_nbytes, self.plan.peak_bytes)
+        self.program.stats = stats
+        _last.stats = stats
 
 
 class CheckpointedFunction(Configured):
     """``f(*args, **kwargs)`` returns ``fn(*args, **kwargs)``, differentiated within
     ``num_ckpts`` snapshots or ``memory`` bytes; see :func:`checkpoint`."""
 
-    _published = ("stats",)
+    _published = ("stats", "_expected")
 
     def __init__(self, fn: Callable, num_ckpts: int | None, memory: int | None, verify: bool,
                  preserve_rng_state: bool) -> None:
@@ -155,6 +236,7 @@ class CheckpointedFunction(Configured):
         self._lock = threading.Lock()
         self._freeze()
         self.stats = ProgramStats()
+        self._expected: ProgramPlan | None = None
 
     def __repr__(self) -> str:
         name = getattr(self.fn, "__name__", repr(self.fn))
@@ -166,53 +248,25 @@ class CheckpointedFunction(Configured):
         if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
             return self.fn(*args, **kwargs)
         call = ProgramCall(self)
-        out = call.record(args, kwargs)
+        expected = self._expected
+        out = call.record(args, kwargs, expected.plan0 if expected is not None else None)
         tr = call.trace
-        leaves, spec = tree_flatten(out)
-        if not any(isinstance(o, torch.Tensor) for o in leaves):
+        if not any(isinstance(o, torch.Tensor) for o in tree_flatten(out)[0]):
             raise ValueError(f"bincheck.torch: the checkpointed function must return a tensor "
                              f"or a structure holding tensors; it returned {type(out).__name__}")
-        # the tensors gradients flow to: every external requiring grad the function read
-        wanted = [e for e, g in enumerate(tr.ext_grad) if g]
-        for e in wanted:
-            if tr.ext_written[e]:
-                raise NotImplementedError(
-                    "bincheck.torch: the checkpointed function writes in place into a tensor "
-                    "that requires grad and that it did not create; write out of place")
-        outs = [(i, v) for i, (o, v) in enumerate(zip(leaves, call.ids))
-                if v is not None and v >= 0 and tr.diff[v] and o.requires_grad]
-        if not wanted or not outs:
-            return out                      # nothing differentiable: the plain result
-        call.make_plan()
-        if self.verify:
-            call.prints = verify_prints(self, call)
-        call.wanted = wanted
-        call.cuda_devices = sorted({t.device.index or 0 for t in tr.externals
-                                    if t.device.type == "cuda"})
-        unique: dict[int, torch.Tensor] = {}
-        for i, v in outs:
-            if v not in unique:
-                unique[v] = leaves[i].detach()
-        call.out_vids = list(unique)
-        call.results = tuple(unique.values())
-        del out
-        results = _ProgramFunction.apply(call, *(tr.externals[e] for e in wanted))
-        if not isinstance(results, tuple):
-            results = (results,)
-        by_vid = dict(zip(call.out_vids, results))
-        for i, v in outs:
-            leaves[i] = by_vid[v]
-        for i, (o, v) in enumerate(zip(leaves, call.ids)):
-            if isinstance(o, torch.Tensor) and o.grad_fn is not None and \
-                    o.grad_fn.__class__.__name__ != "_ProgramFunctionBackward":
-                leaves[i] = o.detach()      # a recorded tensor that needs no gradient
-        return tree_unflatten(leaves, spec)
+        t0 = time.perf_counter()
+        plan = self.plan_for(tr)
+        call.stats.plan_seconds = time.perf_counter() - t0
+        call.start(plan, plan is expected)
+        self._expected = plan
+        return out
 
     def plan_for(self, tr: Trace) -> ProgramPlan:
         key = (tr.signature, tr.n)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plan(tr)
+            plan.expect(tr)
             with self._lock:
                 if len(self._plans) > 64:
                     self._plans.clear()
@@ -227,26 +281,31 @@ class CheckpointedFunction(Configured):
         counts = np.diff(bounds)
         saved = np.add.reduceat(np.asarray(tr.tape, dtype=np.int64), bounds[:-1])
         out_bytes = np.asarray(tr.out_bytes, dtype=np.int64)
-        biggest = np.maximum.reduceat(out_bytes, bounds[:-1])
         grads = sum(t.untyped_storage().nbytes() for t, g in zip(tr.externals, tr.ext_grad)
                     if g)
-        work = 2 * int(cuts.max()) + int(out_bytes.max()) + grads + SWEEP_OVERHEAD_B
-        chain = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S * counts, saved + biggest,
+        work = 2 * int(cuts.max()) + 2 * int(out_bytes.max()) + grads + SWEEP_OVERHEAD_B
+        # a taped segment is a replay keeping what autograd saved: as long as a plain one
+        chain = Chain(seconds, seconds + TAPED_OVERHEAD_S * counts, saved,
                       cuts + SNAPSHOT_OVERHEAD_B, work)
+        stages = len(bounds) - 1
         if self.memory is None:
+            if self.num_ckpts > stages:         # a snapshot per cut: store-all does better
+                actions = (Snapshot(0), Reverse(0, stages), Free(0))
+                cost = chain_cost(chain, iter(actions))
+                return ProgramPlan(bounds, actions, cost.peak_bytes, cost.seconds, 0, stages)
             cp = ChainPlan(chain, num_ckpts=self.num_ckpts)
         else:
-            need = minimum_memory(chain) + tr.nbytes
+            need = int(minimum_memory(chain) / MODEL_SHARE) + tr.nbytes
             if self.memory < need:
                 raise ValueError(
                     f"memory={self.memory} bytes is below the least this function needs "
                     f"({need} bytes: its trace, {tr.nbytes} bytes, its largest live set and "
                     f"stage taped alone, and the gradients of what it differentiates); pass "
                     f"memory={need} or more")
-            cp = ChainPlan(chain, memory=self.memory - tr.nbytes)
+            cp = ChainPlan(chain, memory=int((self.memory - tr.nbytes) * MODEL_SHARE))
         cp.release()
-        return ProgramPlan(bounds, cp, int(cp.peak_bytes), float(cp.seconds), cp.plain_stages,
-                           cp.taped_stages)
+        return ProgramPlan(bounds, tuple(cp), int(cp.peak_bytes), float(cp.seconds),
+                           cp.plain_stages, cp.taped_stages)
 
     def preview(self, *args: Any, **kwargs: Any) -> ProgramPlan:
         """Record ``fn(*args, **kwargs)`` once and return the plan a gradient would use
@@ -256,29 +315,9 @@ class CheckpointedFunction(Configured):
         devices = sorted({a.device.index or 0 for a in tree_flatten((args, kwargs))[0]
                           if isinstance(a, torch.Tensor) and a.device.type == "cuda"})
         with torch.random.fork_rng(devices=devices), torch.enable_grad():
-            call.record(args, kwargs)
+            call.record(args, kwargs, None)
         call.trace.restore_written()
-        return call.make_plan()
-
-
-def verify_prints(program: CheckpointedFunction, call: ProgramCall) -> dict:
-    """Fingerprints of every recorded value, from one plain replay of the trace (the recorded
-    forward's tensors are gone): ``verify=True`` compares each later replay with it."""
-    tr = call.trace
-    prints: dict = {}
-    env: dict = {}
-    ext = tr.externals
-    get = lambda v: env[v] if v >= 0 else ext[-1 - v]  # noqa: E731
-    replay = Replay(tr, [0, tr.n], set(), ProgramStats())
-    with torch.no_grad(), replaying([], any(op.rng is not None for op in tr.ops)):
-        for k, op in enumerate(tr.ops):
-            results = replay.run(op, get, k)
-            for v, r in zip(replay.made[k], results):
-                prints[v] = fingerprint(r)
-                env[v] = r
-            for v in replay.dies[k]:
-                env.pop(v, None)
-    return prints
+        return self.plan_for(call.trace)
 
 
 def _configure(fn: Callable, num_ckpts: Any, memory: Any, verify: Any,

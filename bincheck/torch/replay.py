@@ -1,11 +1,12 @@
 """Replaying a recorded forward (:mod:`.trace`): the executor's stepper for :mod:`.program`.
 
-A plan's stage is a run of recorded aten ops. ``advance`` replays ops under ``no_grad``, freeing
-each value after its last read; ``reverse`` replays its ops under autograd from detached leaves
-of the values live before it (and detached aliases of the externals that require grad) and pulls
-the cotangents of the values live after it back with one ``torch.autograd.grad``. Ops are called
-as recorded (already decomposed and cast), so replays run with autocast off; random ops get the
-generator state they had in the forward, and the caller's stream is restored afterwards.
+A plan's stage is a run of recorded aten ops. The backward is autograd's own, over the graph the
+forward built; what the forward dropped are the tensors autograd saved, and a replay gives them
+back. ``advance`` replays ops under ``no_grad``, freeing each value after its last read;
+``reverse`` replays a segment keeping the values its nodes saved, for the saved-tensor hook to
+hand to autograd. Ops are called as recorded (already decomposed and cast), so replays run with
+autocast off; random ops get the generator state they had in the forward, and the caller's
+stream is restored afterwards.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..runtime.errors import NondeterministicStepError
 from ..runtime.stats import ProgramStats
-from .trace import Op, Trace, set_rng_state
+from .trace import Op, Trace, fingerprint, set_rng_state
 
 
 def env_nbytes(env: dict) -> int:
@@ -32,28 +33,15 @@ def env_nbytes(env: dict) -> int:
     return total
 
 
-def fingerprint(t: torch.Tensor) -> tuple:
-    with torch.no_grad():
-        if t.numel() == 0:
-            return (tuple(t.shape),)
-        flat = t.detach().reshape(-1)
-        if t.dtype.is_floating_point or t.dtype.is_complex:
-            flat = flat.to(torch.complex128 if t.dtype.is_complex else torch.float64)
-        else:
-            flat = flat.to(torch.int64)
-        return (tuple(t.shape), complex(flat.sum().item()), complex(flat[-1].item()))
-
-
 class Replay:
-    """The stepper of one backward: ops ``bounds[a]..bounds[b]-1`` for stages ``a..b-1``; the
-    cotangents of values live at the adjoint's cut in ``ct``, of externals in ``ext_ct``."""
+    """The stepper of one call's backward: ``advance`` replays stages ``start..stop-1`` (ops
+    ``bounds[start]..bounds[stop]-1``) plainly; ``reverse`` replays them keeping, in
+    ``materialized``, every value autograd saved for a node of theirs, which the saved-tensor
+    hook then hands to the backward (:meth:`~.program.ProgramCall.fetch`)."""
 
-    def __init__(self, trace: Trace, bounds: list[int], wanted: set[int], stats: ProgramStats,
-                 prints: list | None = None) -> None:
-        self.tr, self.bounds, self.wanted, self.stats = trace, bounds, wanted, stats
-        self.prints = prints
-        self.ct: dict[int, torch.Tensor] = {}
-        self.ext_ct: dict[int, torch.Tensor] = {}
+    def __init__(self, trace: Trace, bounds: list[int], stats: ProgramStats) -> None:
+        self.tr, self.bounds, self.stats = trace, bounds, stats
+        self.materialized: dict[int, torch.Tensor] = {}
         n = trace.n
         # the values to drop after each op: those it reads or makes for the last time
         self.dies: list[list[int]] = [[] for _ in range(n)]
@@ -75,9 +63,10 @@ class Replay:
         out = op.func(*args, **kwargs)
         results = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
         results += [flat[pos] for pos, _ in op.writes]
-        if self.prints is not None:
-            for v, r in zip(op.outs, results):
-                if fingerprint(r) != self.prints[v]:
+        prints = self.tr.prints
+        if prints is not None:
+            for v, r in zip(self.made[k], results):
+                if fingerprint(r) != prints[v]:
                     raise NondeterministicStepError(
                         f"verify=True: op {k} ({op.func}) gave another value when replayed "
                         f"than when the forward ran: the function reads state that changed "
@@ -85,86 +74,53 @@ class Replay:
                         f"numbers outside torch's generators; the gradient would be wrong")
         return results
 
-    def _ext(self, v: int) -> torch.Tensor:
-        return self.tr.externals[-1 - v]
+    def _replay(self, env: dict, a: int, b: int, keep: Callable[[int], bool] | None) -> dict:
+        tr, dies, made = self.tr, self.dies, self.made
+        ext = tr.externals
+        get = lambda v: env[v] if v >= 0 else ext[-1 - v]  # noqa: E731
+        kept: dict[int, torch.Tensor] = {}
+        if keep is not None:
+            kept = {v: t for v, t in env.items() if keep(v)}
+        with torch.no_grad():
+            for k in range(a, b):
+                results = self.run(tr.ops[k], get, k)
+                for v, r in zip(made[k], results):
+                    env[v] = r
+                    if keep is not None and keep(v):
+                        kept[v] = r
+                for v in dies[k]:
+                    env.pop(v, None)
+        return kept
 
     def advance(self, env: dict, start: int, stop: int) -> dict:
         t0 = time.perf_counter()
-        tr, dies = self.tr, self.dies
-        env = dict(env)
-        ext = tr.externals
-        get = lambda v: env[v] if v >= 0 else ext[-1 - v]  # noqa: E731
         a, b = self.bounds[start], self.bounds[stop]
-        with torch.no_grad():
-            for k in range(a, b):
-                op = tr.ops[k]
-                results = self.run(op, get, k)
-                for v, r in zip(self.made[k], results):
-                    env[v] = r
-                for v in dies[k]:
-                    env.pop(v, None)
+        env = dict(env)
+        self._replay(env, a, b, None)
         self.stats.plain_ops += b - a
         self.stats.plain_seconds += time.perf_counter() - t0
         return env
 
     def reverse(self, env: dict, start: int, stop: int) -> None:
         t0 = time.perf_counter()
-        tr, ct = self.tr, self.ct
         a, b = self.bounds[start], self.bounds[stop]
-        self.stats.taped_ops += b - a
-        outs = list(dict.fromkeys(v for k in range(a, b) for v in self.made[k]
-                                  if tr.last[v] >= b and v in ct))
-        if not outs:
-            return
-        leaves: dict[int, torch.Tensor] = {}
-        aliases: dict[int, torch.Tensor] = {}
-        for v, t in env.items():
-            if tr.diff[v] and tr.defined[v] < a:
-                leaves[v] = t.detach().requires_grad_(True)
-        for e in self.wanted:
-            aliases[-1 - e] = tr.externals[e].detach().requires_grad_(True)
-        local: dict[int, torch.Tensor] = {}
+        self.materialized = {}                  # the previous segment's values: consumed
+        savers = self.tr.savers
 
-        def get(v: int) -> torch.Tensor:
-            if v >= 0:
-                t = local.get(v)
-                if t is None:
-                    t = leaves.get(v)
-                    if t is None:
-                        t = env[v]
-                return t
-            t = aliases.get(v)
-            return self._ext(v) if t is None else t
-        with torch.enable_grad():
-            for k in range(a, b):
-                op = tr.ops[k]
-                results = self.run(op, get, k)
-                for v, r in zip(self.made[k], results):
-                    local[v] = r
-        t1 = time.perf_counter()
-        ys, gs = [], []
-        for v in outs:
-            y = local[v]
-            g = ct.pop(v)
-            if y.requires_grad:
-                ys.append(y)
-                gs.append(g)
-        xs_ids = list(leaves) + list(aliases)
-        xs = [leaves[v] if v >= 0 else aliases[v] for v in xs_ids]
-        if ys and xs:
-            grads = torch.autograd.grad(ys, xs, gs, allow_unused=True)
-            for v, g in zip(xs_ids, grads):
-                if g is None:
-                    continue
-                if v >= 0:
-                    ct[v] = g if v not in ct else ct[v] + g
-                else:
-                    e = -1 - v
-                    self.ext_ct[e] = g if e not in self.ext_ct else self.ext_ct[e] + g
-        del local, leaves, aliases, ys, gs
-        stats = self.stats
-        stats.tape_seconds += t1 - t0
-        stats.backward_seconds += time.perf_counter() - t1
+        def keep(v: int) -> bool:
+            return any(a - 1 <= k < b for k in savers.get(v, ()))
+        self.materialized = self._replay(dict(env), a, b, keep)
+        self.stats.taped_ops += b - a
+        self.stats.tape_seconds += time.perf_counter() - t0
+
+    def regenerate(self, v: int) -> torch.Tensor:
+        """Value ``v`` replayed from the start (a saved tensor asked for out of the plan's
+        order: a second backward, or a graph walked in an order the plan did not expect)."""
+        d = self.tr.defined[v]
+        env: dict = {}
+        kept = self._replay(env, 0, d + 1, lambda u: u == v)
+        self.stats.plain_ops += d + 1
+        return kept[v]
 
 
 @contextlib.contextmanager

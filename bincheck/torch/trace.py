@@ -99,6 +99,8 @@ class Trace:
         self.ext_grad: list[bool] = []         # per external: did it require grad
         self.ext_written: list[bool] = []
         self.written: list = []               # (external, its value before the first write)
+        self.savers: dict[int, list[int]] = {}   # value -> ops whose nodes saved it
+        self.prints: dict[int, tuple] | None = None
         self.rng_bytes = 0
         self.copied_bytes = 0
         self.signature = 0
@@ -140,6 +142,12 @@ class Trace:
         ok[0] = ok[n] = True
         return ok
 
+    def live_sets(self) -> Callable[[int], tuple]:
+        """``live(c)``: the values defined before cut ``c`` and read after it."""
+        defined = np.asarray(self.defined)
+        last = np.asarray(self.last)
+        return lambda c: tuple(int(v) for v in np.flatnonzero((defined < c) & (last >= c)))
+
     def cut_bytes(self) -> np.ndarray:
         """Bytes live at each cut ``0..n``: each storage group with a value defined before the
         cut and read after it, counted once."""
@@ -158,10 +166,43 @@ class Trace:
         return np.cumsum(diff)[:n + 1]
 
 
+class Saved:
+    """What autograd holds for a saved tensor: a recorded value's id (its tensor is fetched
+    at unpack), or an external tensor itself."""
+
+    __slots__ = ("v", "t")
+
+    def __init__(self, v: int, t: torch.Tensor | None) -> None:
+        self.v, self.t = v, t
+
+
+class Plan0:
+    """What the forward does for a plan it expects (the last call's, if this call records the
+    same ops): the live sets it captures as snapshots, and from which op it keeps what autograd
+    saves (the plan's first taped segment)."""
+
+    __slots__ = ("capture", "keep_from")
+
+    def __init__(self, capture: dict[int, tuple], keep_from: int | None) -> None:
+        self.capture, self.keep_from = capture, keep_from
+
+
 class _Recorder(TorchDispatchMode):
-    def __init__(self, trace: Trace, rng: bool) -> None:
+    def __init__(self, trace: Trace, rng: bool, plan0: Plan0 | None, verify: bool) -> None:
         super().__init__()
         self.tr, self.rng = trace, rng
+        self.pending = 0                          # saved bytes for the op about to be recorded
+        self.capture = plan0.capture if plan0 is not None else {}
+        self.keep_from = plan0.keep_from if plan0 is not None else None
+        self.need: dict[int, int] = {}            # value -> last cut capturing it
+        for c, vs in self.capture.items():
+            for v in vs:
+                self.need[v] = max(self.need.get(v, 0), c)
+        self.hold: dict[int, torch.Tensor] = {}
+        self.captured: dict[int, dict] = {}
+        self.kept: dict[int, torch.Tensor] = {}
+        if verify:
+            trace.prints = {}
         self.vid = WeakIdKeyDictionary()
         self.ext: dict[int, int] = {}
         self.ptr_group: dict[int, int] = {}       # data_ptr -> group, for externals only
@@ -210,6 +251,11 @@ class _Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         tr = self.tr
         k = tr.n
+        if k in self.capture:                     # a snapshot the expected plan keeps
+            hold = self.hold
+            self.captured[k] = {v: hold[v] for v in self.capture[k] if v in hold}
+            for v in [v for v in hold if self.need[v] <= k]:
+                del hold[v]
         flat, spec = tree_flatten((args, kwargs))
         slots, consts = [], list(flat)
         ptrs: dict[int, int] = {}
@@ -276,19 +322,39 @@ class _Recorder(TorchDispatchMode):
         tr.ops.append(Op(func, spec, consts, tuple(slots), tuple(outs), tuple(writes),
                          tuple(copies), state))
         tr.out_bytes.append(out_bytes)
-        tr.tape.append(0)
+        tr.tape.append(self.pending)
+        self.pending = 0
+        if self.need or tr.prints is not None:
+            made = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+            made += [flat[pos] for pos, _ in writes]
+            for v, t in zip(outs + [w for _, w in writes], made):
+                if v in self.need:
+                    self.hold[v] = t
+                if tr.prints is not None:
+                    tr.prints[v] = fingerprint(t)
         tr.signature = hash((tr.signature, func, tuple(
             tuple(flat[p].shape) for p, _ in slots)))
         return out
 
-    def pack(self, t: torch.Tensor) -> None:
+    def pack(self, t: torch.Tensor) -> Saved:
         v = self.vid.get(t)
         tr = self.tr
-        if v is not None and v not in self.saved and tr.n:
+        if v is None:                             # an external (or a tensor never dispatched)
+            return Saved(-1, t)
+        # the op whose node saves it: the last one recorded for its own result, else the next
+        # (an input is saved before its op reaches the dispatcher)
+        k = tr.n - 1 if tr.defined[v] == tr.n - 1 else tr.n
+        tr.savers.setdefault(v, []).append(k)
+        if v not in self.saved:
             self.saved.add(v)
-            g = tr.group[v]
-            tr.tape[-1] += tr.group_bytes[g]
-        return None
+            nb = tr.group_bytes[tr.group[v]]
+            if k == tr.n:
+                self.pending += nb
+            else:
+                tr.tape[k] += nb
+        if self.keep_from is not None and k >= self.keep_from - 1:
+            self.kept[v] = t
+        return Saved(v, None)
 
 
 class _no_dispatch:
@@ -333,12 +399,14 @@ def _written(func, args: tuple, kwargs: dict, flat: list) -> list[int]:
     return positions
 
 
-def record(fn: Callable, args: tuple, kwargs: dict, rng: bool) -> tuple[Trace, Any, list]:
+def record(fn: Callable, args: tuple, kwargs: dict, rng: bool, unpack: Callable,
+           plan0: Plan0 | None = None, verify: bool = False) -> tuple:
     """Run ``fn(*args, **kwargs)`` once, recording it: ``(trace, result, value ids of the
-    result's tensor leaves)`` (a result leaf the trace did not make is an external: id < 0)."""
+    result's tensor leaves, recorder)`` (a result leaf the trace did not make is an external:
+    id < 0). Autograd's saved tensors become :class:`Saved` handles that ``unpack`` resolves."""
     tr = Trace()
-    rec = _Recorder(tr, rng)
-    with torch.autograd.graph.saved_tensors_hooks(rec.pack, _never), rec:
+    rec = _Recorder(tr, rng, plan0, verify)
+    with torch.autograd.graph.saved_tensors_hooks(rec.pack, unpack), rec:
         out = fn(*args, **kwargs)
     leaves = [o for o in tree_flatten(out)[0]]
     ids = []
@@ -350,8 +418,17 @@ def record(fn: Callable, args: tuple, kwargs: dict, rng: bool) -> tuple[Trace, A
             ids.append(v)
         else:
             ids.append(None)
-    return tr, out, ids
+    rec.hold.clear()
+    return tr, out, ids, rec
 
 
-def _never(_: Any) -> torch.Tensor:
-    raise RuntimeError("bincheck.torch: the recording's graph is not differentiated")
+def fingerprint(t: torch.Tensor) -> tuple:
+    """A tensor's shape, sum and last element (``verify=True`` compares replays with it)."""
+    with torch.no_grad(), _no_dispatch():
+        if t.numel() == 0:
+            return (tuple(t.shape),)
+        flat = t.detach().reshape(-1)
+        wide = torch.complex128 if t.dtype.is_complex else \
+            torch.float64 if t.dtype.is_floating_point else torch.int64
+        flat = flat.to(wide)
+        return (tuple(t.shape), complex(flat.sum().item()), complex(flat[-1].item()))
