@@ -406,3 +406,26 @@ def test_import_bincheck_does_not_import_torch_program():
     import sys
     code = "import bincheck, sys; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_ddp_with_two_gloo_processes_trains_as_the_plain_model(tmp_path):
+    import os
+    import subprocess
+    import sys
+    init = f"file://{tmp_path / 'rendezvous'}"
+    out = str(tmp_path / "params")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    worker = os.path.join(os.path.dirname(__file__), "ddp_worker.py")
+    procs = [subprocess.Popen([sys.executable, worker, str(r), "2", init, out], env=env)
+             for r in range(2)]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    for r in range(2):
+        plain, checkpointed = torch.load(f"{out}.{r}")
+        for a, b in zip(checkpointed, plain):
+            if a.dtype.is_floating_point:
+                assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+            else:
+                assert torch.equal(a, b)
+    first = torch.load(f"{out}.0")[1]
+    second = torch.load(f"{out}.1")[1]
+    assert all(torch.equal(a, b) for a, b in zip(first[:2], second[:2]))   # in sync

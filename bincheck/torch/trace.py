@@ -332,7 +332,9 @@ class _Recorder(TorchDispatchMode):
                     self.hold[v] = t
                 if tr.prints is not None:
                     tr.prints[v] = fingerprint(t)
-        tr.signature = hash((tr.signature, func, tuple(
+        # the ops, their shapes and their wiring: a call with the same signature records the
+        # same values, live sets and writes, so the last call's plan is this one's
+        tr.signature = hash((tr.signature, func, tuple(slots), tuple(
             tuple(flat[p].shape) for p, _ in slots)))
         return out
 
