@@ -15,14 +15,17 @@ One concept per module, the same roles as :mod:`bincheck.autograd` (imports flow
 * :mod:`.loops`      :func:`binomial_checkpoint`
 * :mod:`.while_loop` :func:`checkpointed_while_loop`
 * :mod:`.trace`      any forward recorded as aten ops (values, externals, live sets, writes)
+* :mod:`.ops`        what an aten op writes, draws and gives (for the recorder and replays)
 * :mod:`.replay`     the recorded ops replayed plain or taped: the stepper of a program's backward
-* :mod:`.program`    :func:`checkpoint`, :func:`checkpoint_module`, :func:`checkpoint_sequential`
+* :mod:`.program`    one gradient of a recorded forward: plan, and a backward that drives it
+* :mod:`.networks`   :func:`checkpoint`, :func:`checkpoint_module`, :func:`checkpoint_sequential`
 """
 
 from ..runtime.errors import NondeterministicStepError
 from .loops import CheckpointedLoop, binomial_checkpoint
-from .program import (CheckpointedFunction, CheckpointedModule, ProgramPlan, checkpoint,
-                      checkpoint_function, checkpoint_module, checkpoint_sequential, last_stats)
+from .networks import (CheckpointedModule, checkpoint, checkpoint_function, checkpoint_module,
+                       checkpoint_sequential)
+from .program import CheckpointedFunction, ProgramPlan, last_stats
 from .while_loop import WhileLoop, checkpointed_while_loop
 
 __all__ = ["binomial_checkpoint", "checkpointed_while_loop", "CheckpointedLoop", "WhileLoop",

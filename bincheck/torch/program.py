@@ -1,6 +1,6 @@
-"""``bt.checkpoint``, ``bt.checkpoint_module``, ``bt.checkpoint_sequential``: optimal
-checkpointing of any PyTorch forward, with no annotation, within ``num_ckpts`` snapshots or
-``memory`` bytes.
+"""How one gradient of any PyTorch forward runs under ``bt.checkpoint``,
+``bt.checkpoint_module`` or ``bt.checkpoint_sequential`` (:mod:`.networks`): optimal
+checkpointing with no annotation, within ``num_ckpts`` snapshots or ``memory`` bytes.
 
 One gradient:
 
@@ -24,22 +24,18 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
-from torch import nn
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten
 
 from ..runtime.executor import Executor
 from ..runtime.front import Configured
 from ..runtime.stats import ProgramStats
 from ..runtime.store import MemoryStore
-from ..schedule.budget import parse_bytes
 from ..schedule.actions import Advance, Free, Reverse, Snapshot
 from ..schedule.chain import Chain, ChainPlan, chain_cost, minimum_memory
-from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable,
-                                 check_positive_int, exactly_one_budget)
 from .replay import Replay, env_nbytes, replaying
 from .trace import Plan0, Trace, record
 
@@ -318,123 +314,3 @@ class CheckpointedFunction(Configured):
             call.record(args, kwargs, None)
         call.trace.restore_written()
         return self.plan_for(call.trace)
-
-
-def _configure(fn: Callable, num_ckpts: Any, memory: Any, verify: Any,
-               preserve_rng_state: Any) -> CheckpointedFunction:
-    exactly_one_budget(num_ckpts, memory)
-    if memory is not None:
-        memory = parse_bytes(memory)
-    else:
-        num_ckpts = check_positive_int("num_ckpts", num_ckpts, NUM_CKPTS_RULE)
-    return CheckpointedFunction(fn, num_ckpts, memory, check_bool("verify", verify),
-                                check_bool("preserve_rng_state", preserve_rng_state))
-
-
-def checkpoint_function(fn: Callable, num_ckpts: int | None = None, *,
-                        memory: int | str | None = None, verify: bool = False,
-                        preserve_rng_state: bool = True) -> CheckpointedFunction:
-    """``f = checkpoint_function(fn, memory="200MB")``: ``f(*args, **kwargs)`` is
-    ``fn(*args, **kwargs)``, its gradient planned over the whole forward; ``f.stats`` describes
-    the last backward and ``f.preview(*args)`` the plan. Plans are reused across calls with the
-    same op sequence and shapes."""
-    check_callable("fn", fn, "fn(*args, **kwargs) -> tensors")
-    return _configure(fn, num_ckpts, memory, verify, preserve_rng_state)
-
-
-_cache: "dict[tuple, CheckpointedFunction]" = {}
-_cache_lock = threading.Lock()
-
-
-def checkpoint(function: Callable, *args: Any, num_ckpts: int | None = None,
-               memory: int | str | None = None, verify: bool = False,
-               preserve_rng_state: bool = True, use_reentrant: bool | None = None,
-               **kwargs: Any) -> Any:
-    """A drop-in for ``torch.utils.checkpoint.checkpoint(function, *args,
-    use_reentrant=False, **kwargs)``, planned over the whole forward of ``function`` within
-    ``num_ckpts`` snapshots or ``memory`` bytes (exactly one), with as many recomputations as
-    pay. Other keyword arguments go to ``function``. The stats of the last backward in this
-    thread: :func:`last_stats`."""
-    check_callable("function", function, "function(*args, **kwargs) -> tensors")
-    if use_reentrant:
-        raise ValueError("bincheck.torch.checkpoint has no reentrant variant: pass "
-                         "use_reentrant=False or leave it out")
-    f = _configure(function, num_ckpts, memory, verify, preserve_rng_state)
-    key = (function, f.num_ckpts, f.memory, f.verify, f.preserve_rng_state)
-    try:
-        with _cache_lock:
-            f = _cache.setdefault(key, f)
-            if len(_cache) > 256:
-                _cache.clear()
-    except TypeError:                        # an unhashable callable: no plan reuse
-        pass
-    return f(*args, **kwargs)
-
-
-class CheckpointedModule(nn.Module):
-    """``net(x) == model(x)``, its backward planned by bincheck; see
-    :func:`checkpoint_module`. Shares the model's parameters, buffers and submodules (the same
-    objects, the same ``state_dict`` keys)."""
-
-    def __init__(self, model: nn.Module, program: CheckpointedFunction) -> None:
-        super().__init__()
-        object.__setattr__(self, "model", model)
-        object.__setattr__(self, "program", program)
-        # the model's own dicts, shared: parameters(), state_dict(), to(), load_state_dict()
-        # act on the model's tensors under the model's names
-        self._parameters = model._parameters
-        self._buffers = model._buffers
-        self._modules = model._modules
-        self._non_persistent_buffers_set = model._non_persistent_buffers_set
-        self.training = model.training
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.program(*args, **kwargs)
-
-    def train(self, mode: bool = True) -> "CheckpointedModule":
-        self.model.train(mode)
-        self.training = mode
-        return self
-
-    @property
-    def stats(self) -> ProgramStats:
-        return self.program.stats
-
-    def preview(self, *args: Any, **kwargs: Any) -> ProgramPlan:
-        return self.program.preview(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"CheckpointedModule({self.model!r})"
-
-
-def checkpoint_module(model: nn.Module, num_ckpts: int | None = None, *,
-                      memory: int | str | None = None, verify: bool = False,
-                      preserve_rng_state: bool = True) -> CheckpointedModule:
-    """``net = checkpoint_module(model, memory="200MB")``: a module whose forward is
-    ``model``'s and whose backward holds at most ``num_ckpts`` snapshots or ``memory`` bytes.
-    ``net.parameters()`` are ``model``'s, ``net.state_dict()`` has ``model``'s keys,
-    ``net.train()``/``net.eval()`` reach ``model``; ``net.stats`` describes the last backward,
-    ``net.preview(x)`` the plan for ``x``."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
-    program = _configure(model, num_ckpts, memory, verify, preserve_rng_state)
-    return CheckpointedModule(model, program)
-
-
-def checkpoint_sequential(functions: Iterable[Callable] | nn.Sequential, input: Any,
-                          num_ckpts: int | None = None, *, memory: int | str | None = None,
-                          verify: bool = False, preserve_rng_state: bool = True) -> Any:
-    """``torch.utils.checkpoint.checkpoint_sequential(functions, segments, input)`` with
-    ``segments`` replaced by a budget: ``functions`` run in order on ``input``, planned over
-    their ops' measured costs and sizes."""
-    fs = list(functions.children()) if isinstance(functions, nn.Sequential) else \
-        list(functions)
-    for i, f in enumerate(fs):
-        check_callable(f"functions[{i}]", f, "f(x) -> x")
-
-    def run(x: Any) -> Any:
-        for f in fs:
-            x = f(x)
-        return x
-    run.__name__ = "sequential"
-    return _configure(run, num_ckpts, memory, verify, preserve_rng_state)(input)

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..runtime.errors import NondeterministicStepError
 from ..runtime.stats import ProgramStats
-from .trace import Op, Trace, fingerprint, set_rng_state
+from .ops import fingerprint, set_rng_state
+from .trace import Op, Trace
 
 
 def env_nbytes(env: dict) -> int:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import torch
@@ -35,9 +35,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.weak import WeakIdKeyDictionary
 
-# ops whose schema does not declare the running statistics they write (positions 3 and 4,
-# written when ``training``, argument 5, is true)
-_BATCH_NORMS = {"native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm"}
+from .ops import fingerprint, no_dispatch, rng_state, written_positions
+
 # what an op costs in the trace beside its constants (the Op object, its tuples, list slots;
 # sys.getsizeof of a recorded conv op's parts: about 0.5 kB)
 OP_OVERHEAD_B = 480
@@ -64,20 +63,6 @@ def is_diff(t: torch.Tensor) -> bool:
 def _storage(t: torch.Tensor) -> tuple[int, int]:
     s = t.untyped_storage()
     return s.data_ptr(), s.nbytes()
-
-
-def rng_state(device: torch.device) -> Any:
-    if device.type == "cuda":
-        return ("cuda", device.index or 0, torch.cuda.get_rng_state(device))
-    return ("cpu", None, torch.get_rng_state())
-
-
-def set_rng_state(state: Any) -> None:
-    kind, index, value = state
-    if kind == "cuda":
-        torch.cuda.set_rng_state(value, index)
-    else:
-        torch.set_rng_state(value)
 
 
 class Trace:
@@ -269,7 +254,7 @@ class _Recorder(TorchDispatchMode):
                 ptr = a.untyped_storage().data_ptr()
                 if ptr:
                     ptrs.setdefault(ptr, self._group(v))
-        written = _written(func, args, kwargs, flat)
+        written = written_positions(func, args, kwargs)
         copies = []
         for pos in written:
             v = dict(slots)[pos]
@@ -278,7 +263,7 @@ class _Recorder(TorchDispatchMode):
                 t = tr.externals[e]
                 if self.vid.get(t) is None and id(t) in self.ext:
                     # its first write: the trace keeps its value from before, for replays
-                    with _no_dispatch():
+                    with no_dispatch():
                         tr.externals[e] = t.detach().clone()
                     tr.ext_written[e] = True
                     tr.written.append((t, tr.externals[e]))
@@ -359,48 +344,6 @@ class _Recorder(TorchDispatchMode):
         return Saved(v, None)
 
 
-class _no_dispatch:
-    def __enter__(self):
-        self.guard = torch._C._DisableTorchDispatch()
-        self.guard.__enter__()
-
-    def __exit__(self, *exc):
-        self.guard.__exit__(*exc)
-
-
-def _written(func, args: tuple, kwargs: dict, flat: list) -> list[int]:
-    """Positions in ``flat`` of the tensor arguments ``func`` writes into."""
-    schema = func._schema
-    names = []
-    if schema.is_mutable:
-        for i, a in enumerate(schema.arguments):
-            if a.alias_info is not None and a.alias_info.is_write:
-                names.append(i)
-    elif func._opname in _BATCH_NORMS and len(args) > 5 and args[5]:
-        names = [3, 4]
-    if not names:
-        return []
-    # positions of the flattened (args, kwargs): positional arguments first, in order; each
-    # tensor argument is one leaf, a list of tensors several
-    positions = []
-    pos = 0
-    for i, a in enumerate(args):
-        leaves = tree_flatten(a)[0]
-        if i in names:
-            positions += [pos + j for j, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
-        pos += len(leaves)
-    arg_names = [a.name for a in schema.arguments]
-    if kwargs and any(arg_names[i] in kwargs for i in names if i < len(arg_names)):
-        base = pos                              # kwargs flatten in their order
-        for key in kwargs:
-            leaves = tree_flatten(kwargs[key])[0]
-            if key in arg_names and arg_names.index(key) in names:
-                positions += [base + j for j, x in enumerate(leaves)
-                              if isinstance(x, torch.Tensor)]
-            base += len(leaves)
-    return positions
-
-
 def record(fn: Callable, args: tuple, kwargs: dict, rng: bool, unpack: Callable,
            plan0: Plan0 | None = None, verify: bool = False) -> tuple:
     """Run ``fn(*args, **kwargs)`` once, recording it: ``(trace, result, value ids of the
@@ -422,15 +365,3 @@ def record(fn: Callable, args: tuple, kwargs: dict, rng: bool, unpack: Callable,
             ids.append(None)
     rec.hold.clear()
     return tr, out, ids, rec
-
-
-def fingerprint(t: torch.Tensor) -> tuple:
-    """A tensor's shape, sum and last element (``verify=True`` compares replays with it)."""
-    with torch.no_grad(), _no_dispatch():
-        if t.numel() == 0:
-            return (tuple(t.shape),)
-        flat = t.detach().reshape(-1)
-        wide = torch.complex128 if t.dtype.is_complex else \
-            torch.float64 if t.dtype.is_floating_point else torch.int64
-        flat = flat.to(wide)
-        return (tuple(t.shape), complex(flat.sum().item()), complex(flat[-1].item()))
