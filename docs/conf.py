@@ -19,11 +19,11 @@ extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon"]
 exclude_patterns = ["_build", "examples"]
 templates_path: list[str] = []
 
-# Standard-library types in signatures: without intersphinx (the docs build offline) nothing
-# documents them here. Every other reference must resolve: python -m sphinx -n -W.
+# Standard-library and torch types in signatures: without intersphinx (the docs build offline)
+# nothing documents them here. Every other reference must resolve: python -m sphinx -n -W.
 nitpick_ignore = [("py:class", name) for name in (
     "collections.abc.Iterable", "collections.abc.Iterator", "collections.abc.Sequence",
-    "os.PathLike")]
+    "os.PathLike", "torch.nn.modules.module.Module", "torch.nn.modules.container.Sequential")]
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"

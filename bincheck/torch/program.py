@@ -60,7 +60,8 @@ def last_stats() -> ProgramStats | None:
 
 class ProgramPlan:
     """The stages (op bounds) and actions of one trace's plan, its predictions, and what a
-    forward that expects it does (:class:`~.trace.Plan0`)."""
+    forward that expects it does (``plan0``: the snapshots it captures, where it keeps the
+    saved tensors)."""
 
     def __init__(self, bounds: list[int], actions: tuple, peak_bytes: int, seconds: float,
                  plain_stages: int, taped_stages: int) -> None:
