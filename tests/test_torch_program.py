@@ -429,3 +429,18 @@ def test_ddp_with_two_gloo_processes_trains_as_the_plain_model(tmp_path):
     first = torch.load(f"{out}.0")[1]
     second = torch.load(f"{out}.1")[1]
     assert all(torch.equal(a, b) for a, b in zip(first[:2], second[:2]))   # in sync
+
+
+def test_the_minimum_named_is_accepted_and_held_on_a_long_chain():
+    torch.set_default_dtype(torch.float32)
+    model = nn.Sequential(*[m for _ in range(36) for m in (nn.Linear(16, 16), nn.Tanh())])
+    x = torch.randn(64, 16)                   # 72 ops: more stages than the planner's groups
+    with pytest.raises(ValueError, match=r"pass memory=(\d+)") as err:
+        bt.checkpoint_module(model, memory=10_000)(x)
+    least = int(__import__("re").search(r"pass memory=(\d+)", str(err.value)).group(1))
+    net = bt.checkpoint_module(model, memory=least)
+    net(x).sum().backward()
+    model.zero_grad(set_to_none=True)
+    _, peak = allocation_peak(lambda: net(x).sum().backward())
+    assert peak <= least
+    assert net.stats.plain_ops > 2 * net.stats.ops, net.stats   # few snapshots: recomputed

@@ -35,6 +35,7 @@ from ..runtime.front import Configured
 from ..runtime.stats import ProgramStats
 from ..runtime.store import MemoryStore
 from ..schedule.actions import Advance, Free, Reverse, Snapshot
+from ..schedule.binomial import Plan
 from ..schedule.chain import Chain, ChainPlan, chain_cost, minimum_memory
 from .replay import Replay, env_nbytes, replaying
 from .trace import Plan0, Trace, record
@@ -292,14 +293,25 @@ class CheckpointedFunction(Configured):
                 return ProgramPlan(bounds, actions, cost.peak_bytes, cost.seconds, 0, stages)
             cp = ChainPlan(chain, num_ckpts=self.num_ckpts)
         else:
-            need = int(minimum_memory(chain) / MODEL_SHARE) + tr.nbytes
+            free = int((self.memory - tr.nbytes) * MODEL_SHARE)
+            big, tape = int(chain.cuts.max()), int(chain.tape.max())
+            least = chain.work + 2 * big + tape      # Revolve over the stages, one snapshot
+            need = int(max(minimum_memory(chain), least) / MODEL_SHARE) + tr.nbytes + 1
             if self.memory < need:
                 raise ValueError(
                     f"memory={self.memory} bytes is below the least this function needs "
                     f"({need} bytes: its trace, {tr.nbytes} bytes, its largest live set and "
                     f"stage taped alone, and the gradients of what it differentiates); pass "
                     f"memory={need} or more")
-            cp = ChainPlan(chain, memory=int((self.memory - tr.nbytes) * MODEL_SHARE))
+            try:
+                cp = ChainPlan(chain, memory=free)
+            except ValueError:                  # the stages grouped for planning do not fit
+                slots = max(1, min(stages, (free - least) // max(big, 1) + 1))
+                plan = Plan(stages, slots)
+                actions = tuple(plan)
+                cost = chain_cost(chain, iter(actions))
+                return ProgramPlan(bounds, actions, cost.peak_bytes, cost.seconds,
+                                   cost.plain_stages, cost.taped_stages)
         cp.release()
         return ProgramPlan(bounds, tuple(cp), int(cp.peak_bytes), float(cp.seconds),
                            cp.plain_stages, cp.taped_stages)
