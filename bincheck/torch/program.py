@@ -108,6 +108,7 @@ class ProgramCall:
         self.replay: Replay | None = None
         self.executor: Executor | None = None
         self.actions: Iterator | None = None
+        self.checked = False
 
     def record(self, args: tuple, kwargs: dict, plan0: Plan0 | None) -> Any:
         program, stats = self.program, self.stats
@@ -153,6 +154,9 @@ class ProgramCall:
         self._finish()
 
     def unpack(self, saved: Any) -> torch.Tensor:
+        if not self.checked:                # once per backward: nothing read was changed since
+            self.trace.check_versions()
+            self.checked = True
         if saved.t is not None:
             return saved.t
         return self.fetch(saved.v)
@@ -181,6 +185,7 @@ class ProgramCall:
                 self.stats.library_seconds += time.perf_counter() - t0
 
     def _run_to(self, v: int) -> torch.Tensor | None:
+        self.checked = False                # a later backward checks again
         executor, replay = self.executor, self.replay
         for action in self.actions:
             executor.apply(action, replay)

@@ -85,6 +85,7 @@ class Trace:
         self.ext_written: list[bool] = []
         self.written: list = []               # (external, its value before the first write)
         self.savers: dict[int, list[int]] = {}   # value -> ops whose nodes saved it
+        self.versions: list = []              # per external read as is: its version after
         self.prints: dict[int, tuple] | None = None
         self.rng_bytes = 0
         self.copied_bytes = 0
@@ -102,6 +103,17 @@ class Trace:
                      if not isinstance(c, (int, float, bool, type(None))))
         return self.n * OP_OVERHEAD_B + 40 * len(self.defined) + consts + self.rng_bytes + \
             self.copied_bytes
+
+    def check_versions(self) -> None:
+        """Raise if a tensor the forward read (and did not write) was written in place since:
+        replays and autograd's formulas would read its new value (plain autograd raises too)."""
+        for t, v in zip(self.externals, self.versions):
+            if v is not None and t._version != v:
+                raise RuntimeError(
+                    f"bincheck.torch: a tensor the checkpointed forward read (shape "
+                    f"{tuple(t.shape)}, {t.dtype}) was modified by an in-place operation after "
+                    f"the forward (version {v}, now {t._version}); its gradient would be wrong. "
+                    f"Run the forward again after the change")
 
     def restore_written(self) -> None:
         """Put back the values the externals written in place had before the recording."""
@@ -364,4 +376,5 @@ def record(fn: Callable, args: tuple, kwargs: dict, rng: bool, unpack: Callable,
         else:
             ids.append(None)
     rec.hold.clear()
+    tr.versions = [None if w else t._version for t, w in zip(tr.externals, tr.ext_written)]
     return tr, out, ids, rec
