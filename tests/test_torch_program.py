@@ -460,3 +460,18 @@ def test_a_parameter_written_between_forward_and_backward_is_an_error():
         model[2].weight.add_(1.0)
     with pytest.raises(RuntimeError, match="modified by an in-place operation"):
         y.backward()
+
+
+def test_a_second_call_with_the_same_ops_reuses_the_plan():
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1))
+    net = bt.checkpoint_module(model, memory="100kB")
+    x = torch.randn(5, 4)
+    plan = net.preview(x)
+    assert net.preview(x) is plan
+    assert net.preview(torch.randn(5, 4)) is plan            # other values, the same ops
+    assert net.preview(torch.randn(6, 4)) is not plan        # other shapes: planned anew
+    net(x).sum().backward()
+    first = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    net(x).sum().backward()                                  # its forward runs the plan
+    assert_close([p.grad for p in model.parameters()], first)
