@@ -1,7 +1,7 @@
 """What an aten op does beside computing its results, as the recorder (:mod:`.trace`) and the
 replays (:mod:`.replay`) need to know it: which of its tensor arguments it writes into
 (declared by its schema, or BatchNorm's running statistics, which the schema of
-``native_batch_norm`` does not declare), the generator state a random op draws from, and a
+``native_batch_norm`` does not declare), how its arguments flatten, the generator state a random op draws from, and a
 fingerprint of a result for ``verify=True``."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 # ops whose schema does not declare the running statistics they write (positions 3 and 4,
 # written when ``training``, argument 5, is true)
@@ -41,37 +40,84 @@ class no_dispatch:
         self.guard.__exit__(*exc)
 
 
-def written_positions(func, args: tuple, kwargs: dict) -> list[int]:
-    """Positions in the flattened ``(args, kwargs)`` of the tensor arguments ``func`` writes
-    into."""
+def flatten_args(args: tuple, kwargs: dict) -> tuple[list, tuple]:
+    """An aten op's ``(args, kwargs)`` as a flat list and a spec to rebuild them: an aten
+    argument is a leaf or a list/tuple of leaves (``cat``'s tensors, ``index``'s indices), never
+    deeper. (torch's pytree does this generally, at several times the cost per op.)"""
+    flat: list = []
+    spec: list = []
+    for a in args:
+        if type(a) is list or type(a) is tuple:
+            spec.append((type(a), len(a)))
+            flat.extend(a)
+        else:
+            spec.append(None)
+            flat.append(a)
+    keys = tuple(kwargs)
+    for k in keys:
+        a = kwargs[k]
+        if type(a) is list or type(a) is tuple:
+            spec.append((type(a), len(a)))
+            flat.extend(a)
+        else:
+            spec.append(None)
+            flat.append(a)
+    return flat, (len(args), keys, tuple(spec))
+
+
+def unflatten_args(flat: list, spec: tuple) -> tuple[list, dict]:
+    n_args, keys, specs = spec
+    values, i = [], 0
+    for s in specs:
+        if s is None:
+            values.append(flat[i])
+            i += 1
+        else:
+            kind, n = s
+            values.append(kind(flat[i:i + n]))
+            i += n
+    return values[:n_args], dict(zip(keys, values[n_args:]))
+
+
+def tensors_of(out: Any) -> list[torch.Tensor]:
+    """The tensors an op returned, in order (a tensor, or a tuple/list holding tensors and
+    lists of them)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if type(out) is tuple or type(out) is list:
+        found: list = []
+        for o in out:
+            if isinstance(o, torch.Tensor):
+                found.append(o)
+            elif type(o) is tuple or type(o) is list:
+                found += tensors_of(o)
+        return found
+    return []
+
+
+def written_positions(func, flat: list, spec: tuple) -> list[int]:
+    """Positions in the flattened arguments (:func:`flatten_args`) of the tensors ``func``
+    writes into: those its schema marks as written, or BatchNorm's running statistics."""
     schema = func._schema
-    names = []
+    written: list[int] = []
     if schema.is_mutable:
-        for i, a in enumerate(schema.arguments):
-            if a.alias_info is not None and a.alias_info.is_write:
-                names.append(i)
-    elif func._opname in _BATCH_NORMS and len(args) > 5 and args[5]:
-        names = [3, 4]
-    if not names:
+        written = [i for i, a in enumerate(schema.arguments)
+                   if a.alias_info is not None and a.alias_info.is_write]
+    elif func._opname in _BATCH_NORMS and spec[0] > 5 and flat[5]:
+        written = [3, 4]                        # running_mean, running_var, when training
+    if not written:
         return []
-    # positions of the flattened (args, kwargs): positional arguments first, in order; each
-    # tensor argument is one leaf, a list of tensors several
-    positions = []
-    pos = 0
-    for i, a in enumerate(args):
-        leaves = tree_flatten(a)[0]
-        if i in names:
-            positions += [pos + j for j, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
-        pos += len(leaves)
-    arg_names = [a.name for a in schema.arguments]
-    if kwargs and any(arg_names[i] in kwargs for i in names if i < len(arg_names)):
-        base = pos                              # kwargs flatten in their order
-        for key in kwargs:
-            leaves = tree_flatten(kwargs[key])[0]
-            if key in arg_names and arg_names.index(key) in names:
-                positions += [base + j for j, x in enumerate(leaves)
-                              if isinstance(x, torch.Tensor)]
-            base += len(leaves)
+    n_args, keys, specs = spec
+    names = [a.name for a in schema.arguments]
+    # the schema index of each flattened argument (positional first, then by keyword)
+    which = list(range(n_args)) + [names.index(k) if k in names else -1 for k in keys]
+    positions, pos = [], 0
+    for index, s in zip(which, specs):
+        width = 1 if s is None else s[1]
+        if index in written:
+            positions += [p for p in range(pos, pos + width)
+                          if isinstance(flat[p], torch.Tensor)]
+        pos += width
     return positions
 
 

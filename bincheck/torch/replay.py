@@ -16,11 +16,10 @@ import time
 from typing import Callable, Iterator
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ..runtime.errors import NondeterministicStepError
 from ..runtime.stats import ProgramStats
-from .ops import fingerprint, set_rng_state
+from .ops import fingerprint, set_rng_state, tensors_of, unflatten_args
 from .trace import Op, Trace
 
 
@@ -58,11 +57,11 @@ class Replay:
             flat[pos] = get(v)
         for pos in op.copies:
             flat[pos] = flat[pos].detach().clone()
-        args, kwargs = tree_unflatten(flat, op.spec)
+        args, kwargs = unflatten_args(flat, op.spec)
         if op.rng is not None:
             set_rng_state(op.rng)
         out = op.func(*args, **kwargs)
-        results = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+        results = tensors_of(out)
         results += [flat[pos] for pos, _ in op.writes]
         prints = self.tr.prints
         if prints is not None:

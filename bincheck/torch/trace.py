@@ -27,15 +27,15 @@ from __future__ import annotations
 
 import sys
 import time
+import weakref
 from typing import Callable
 
 import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
-from torch.utils.weak import WeakIdKeyDictionary
 
-from .ops import fingerprint, no_dispatch, rng_state, written_positions
+from .ops import (fingerprint, flatten_args, no_dispatch, rng_state, tensors_of,
+                  written_positions)
 
 # what an op costs in the trace beside its constants (the Op object, its tuples, list slots;
 # sys.getsizeof of a recorded conv op's parts: about 0.5 kB)
@@ -200,7 +200,8 @@ class _Recorder(TorchDispatchMode):
         self.kept: dict[int, torch.Tensor] = {}
         if verify:
             trace.prints = {}
-        self.vid = WeakIdKeyDictionary()
+        self.ids: dict[int, int] = {}             # id(tensor) -> value, while it lives
+        self.refs: dict[int, weakref.ref] = {}
         self.ext: dict[int, int] = {}
         self.ptr_group: dict[int, int] = {}       # data_ptr -> group, for externals only
         self.saved: set[int] = set()
@@ -209,7 +210,7 @@ class _Recorder(TorchDispatchMode):
 
     def value_of(self, t: torch.Tensor) -> int:
         """The value id of ``t``: >= 0 a recorded value, < 0 external ``-1 - index``."""
-        v = self.vid.get(t)
+        v = self.ids.get(id(t))
         if v is not None:
             return v
         e = self.ext.get(id(t))
@@ -241,8 +242,20 @@ class _Recorder(TorchDispatchMode):
         tr.last.append(k)
         tr.group.append(group)
         tr.diff.append(is_diff(t))
-        self.vid[t] = v
+        self.remember(t, v)
         return v
+
+    def remember(self, t: torch.Tensor, v: int) -> None:
+        """``t`` is value ``v`` until it dies (its id may then be another tensor's)."""
+        i = id(t)
+        self.ids[i] = v
+        if i not in self.refs:
+            ids, refs = self.ids, self.refs
+
+            def forget(_: weakref.ref, i: int = i) -> None:
+                ids.pop(i, None)
+                refs.pop(i, None)
+            self.refs[i] = weakref.ref(t, forget)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -253,7 +266,7 @@ class _Recorder(TorchDispatchMode):
             self.captured[k] = {v: hold[v] for v in self.capture[k] if v in hold}
             for v in [v for v in hold if self.need[v] <= k]:
                 del hold[v]
-        flat, spec = tree_flatten((args, kwargs))
+        flat, spec = flatten_args(args, kwargs)
         slots, consts = [], list(flat)
         ptrs: dict[int, int] = {}
         for pos, a in enumerate(flat):
@@ -266,14 +279,14 @@ class _Recorder(TorchDispatchMode):
                 ptr = a.untyped_storage().data_ptr()
                 if ptr:
                     ptrs.setdefault(ptr, self._group(v))
-        written = written_positions(func, args, kwargs)
+        written = written_positions(func, flat, spec)
         copies = []
         for pos in written:
             v = dict(slots)[pos]
             if v < 0:
                 e = -1 - v
                 t = tr.externals[e]
-                if self.vid.get(t) is None and id(t) in self.ext:
+                if self.ids.get(id(t)) is None and id(t) in self.ext:
                     # its first write: the trace keeps its value from before, for replays
                     with no_dispatch():
                         tr.externals[e] = t.detach().clone()
@@ -296,19 +309,18 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         tr.seconds.append(time.perf_counter() - t0)
         outs, out_bytes = [], 0
-        for o in tree_flatten(out)[0]:
-            if isinstance(o, torch.Tensor):
-                ptr, nb = _storage(o)
-                g = ptrs.get(ptr) if ptr else None
-                if g is None:
-                    g = len(tr.group_bytes)
-                    tr.group_bytes.append(nb)
-                    out_bytes += nb
-                outs.append(self.new_value(o, k, g))
+        for o in tensors_of(out):
+            ptr, nb = _storage(o)
+            g = ptrs.get(ptr) if ptr else None
+            if g is None:
+                g = len(tr.group_bytes)
+                tr.group_bytes.append(nb)
+                out_bytes += nb
+            outs.append(self.new_value(o, k, g))
         writes = []
         for pos in written:
             t = flat[pos]
-            v = self.vid.get(t)
+            v = self.ids.get(id(t))
             if v is None or tr.defined[v] != k:       # not returned: a new value of its own
                 g = self._group(dict(slots)[pos])
                 v = self.new_value(t, k, g)
@@ -322,7 +334,7 @@ class _Recorder(TorchDispatchMode):
         tr.tape.append(self.pending)
         self.pending = 0
         if self.need or tr.prints is not None:
-            made = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+            made = tensors_of(out)
             made += [flat[pos] for pos, _ in writes]
             for v, t in zip(outs + [w for _, w in writes], made):
                 if v in self.need:
@@ -336,7 +348,7 @@ class _Recorder(TorchDispatchMode):
         return out
 
     def pack(self, t: torch.Tensor) -> Saved:
-        v = self.vid.get(t)
+        v = self.ids.get(id(t))
         tr = self.tr
         if v is None:                             # an external (or a tensor never dispatched)
             return Saved(-1, t)
@@ -365,7 +377,8 @@ def record(fn: Callable, args: tuple, kwargs: dict, rng: bool, unpack: Callable,
     rec = _Recorder(tr, rng, plan0, verify)
     with torch.autograd.graph.saved_tensors_hooks(rec.pack, unpack), rec:
         out = fn(*args, **kwargs)
-    leaves = [o for o in tree_flatten(out)[0]]
+    from torch.utils._pytree import tree_flatten
+    leaves = tree_flatten(out)[0]
     ids = []
     for o in leaves:
         if isinstance(o, torch.Tensor):
