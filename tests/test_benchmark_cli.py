@@ -28,7 +28,7 @@ def test_gradient_mismatch_is_detected():
 
 
 def test_results_are_written_atomically(tmp_path, monkeypatch):
-    from benchmarks.rnn import report
+    from benchmarks.common import files as report
     path = tmp_path / "results.csv"
     report.write_atomic(str(path), b"old")
     umask = os.umask(0o022)
