@@ -28,10 +28,11 @@ def panels_png(panels: list[tuple[str, list[Point]]], *, title: str, caption: st
                xticks: tuple[float, ...], xpad: float = 1.5, ax_height: float = 4.2,
                y_cap: float | None = None, rings: tuple[float, ...] = RINGS,
                bound_legend: str | None = "bound of a bincheck run",
-               joined: tuple[str, ...] = ()) -> bytes | None:
+               joined: tuple[str, ...] = (), shared: bool = True) -> bytes | None:
     """A PNG of one log-x panel a ``(title, points)`` pair, or None without matplotlib or
     points. Times above ``y_cap`` are drawn on a dashed line at it, their value in the label;
-    the points of a key in ``joined`` are joined by a line, in the order of x."""
+    the points of a key in ``joined`` are joined by a line, in the order of x. ``shared``: one
+    scale for every panel (else each panel fits its own points)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -58,15 +59,19 @@ def panels_png(panels: list[tuple[str, list[Point]]], *, title: str, caption: st
     fig.suptitle(title, fontsize=10.5, y=1 - 0.1 / height, va="top")
     fig.text(0.5, 1 - 0.42 / height, "\n".join(textwrap.wrap(caption, int(width * 15))),
              ha="center", va="top", fontsize=7.5, color="0.3")
-    xs = [p.x for p in points]
-    ys = [p.y for p in points] + [p.bound for p in points if p.bound]
-    xlim = (min(xs) / xpad, max(xs) * xpad)
-    top = max(ys) if y_cap is None else min(max(ys), y_cap)
-    ylim = (min(0.9, min(ys) - 0.1), top * 1.08 + 0.05)
+
+    def limits(pts: list[Point]) -> tuple[tuple[float, float], tuple[float, float], bool]:
+        xs = [p.x for p in pts]
+        ys = [p.y for p in pts] + [p.bound for p in pts if p.bound]
+        top = max(ys) if y_cap is None else min(max(ys), y_cap)
+        return ((min(xs) / xpad, max(xs) * xpad), (min(0.9, min(ys) - 0.1), top * 1.08 + 0.05),
+                y_cap is not None and max(ys) > y_cap)
+    everywhere = limits(points)
 
     def y_of(v: float) -> float:         # off the scale: drawn on the cap, value in the label
         return v if y_cap is None else min(v, y_cap)
     for ax, (name, mine) in zip(axes[0], panels):
+        xlim, ylim, capped = everywhere if shared else limits(mine)
         ax.set_xscale("log")
         ax.set_xlim(*xlim)
         ax.set_ylim(*ylim)
@@ -82,7 +87,7 @@ def panels_png(panels: list[tuple[str, list[Point]]], *, title: str, caption: st
             ax.set_ylabel(ylabel, fontsize=8)
         ax.tick_params(labelsize=7.5)
         items, bounds = [], []
-        if y_cap is not None and max(ys) > y_cap:
+        if capped:
             ax.axhline(y_cap, color="0.75", lw=0.8, ls="--")
         for key in joined:
             line = sorted((p.x, y_of(p.y)) for p in mine if p.key == key)
