@@ -34,7 +34,7 @@ from bincheck.schedule import BudgetPlan
 
 from ..rnn.cells import CELLS
 from ..rnn.harness import Counter, gradients_agree
-from ..rnn.report import write_atomic
+from ..common.files import write_atomic
 
 FULL = dict(seq_len=1000, hidden=256, batch=32, fractions=[1, 2, 5, 10, 25], repeats=3)
 QUICK = dict(seq_len=300, hidden=64, batch=32, fractions=[2, 5, 10, 25], repeats=3)

@@ -16,10 +16,11 @@ import argparse
 import datetime
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 import time
+
+from ..common.cli import (check_rounds, library_version, load_average, out_folder, parse_list,
+                          replot)
 
 MODES = {
     "smoke": dict(cells=["lstm"], seq_len=20, hidden=8, batch=2, input_size=8,
@@ -78,42 +79,13 @@ def parse_args(argv):
     args.mode = "full" if args.full else "smoke" if args.smoke else "quick"
     cfg, wcfg = dict(MODES[args.mode]), dict(WHILE_MODES[args.mode])
     if args.cells:
-        cells = [c.strip() for c in args.cells.split(",") if c.strip()]
-        bad = [c for c in cells if c not in ("tanh", "lstm", "gru")]
-        if bad or not cells:
-            p.error(f"--cells: expected a subset of tanh,lstm,gru; got {args.cells!r}")
-        cfg["cells"] = cells
+        cfg["cells"] = parse_list(p, "--cells", args.cells, ("tanh", "lstm", "gru"))
     if args.rounds is not None:
-        if args.rounds < 3:
-            p.error(f"--rounds must be at least 3 (the time is a median); got {args.rounds}")
-        cfg["rounds"] = wcfg["rounds"] = args.rounds
+        cfg["rounds"] = wcfg["rounds"] = check_rounds(p, args.rounds)
     args.cfg = None if args.while_only else cfg
     args.while_cfg = None if args.no_while else wcfg
-    if args.out is None:
-        args.out = tempfile.mkdtemp(prefix="bincheck-jax-smoke-") if args.smoke else RESULTS
+    args.out = out_folder(args.out, args.smoke, RESULTS, "bincheck-jax-smoke-")
     return args
-
-
-def library_version() -> tuple[str, list[str]]:
-    """The checkout's commit, with "+dirty" when the code bincheck.jax runs (:data:`LIBRARY`)
-    has uncommitted changes, and the files that differ."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", *LIBRARY],
-                               capture_output=True, text=True, timeout=10).stdout.split("\n")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown", []
-    dirty = [line[3:] for line in dirty if line.strip()]
-    return (head or "unknown") + ("+dirty" if dirty else ""), dirty
-
-
-def load_average() -> str:
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "unknown"
 
 
 def pin_xla(all_cores: bool = False) -> tuple[str, list[int] | None]:
@@ -156,16 +128,14 @@ def import_peers():
 
 
 def write_all(out: str, name: str, meta: dict, rows: list, while_rows: list | None) -> str:
-    from ..rnn.report import write_atomic
+    from ..common.files import json_bytes, write_files
     from .plot import plot_png
-    from .report import cores_label, json_bytes, markdown
-    write_atomic(os.path.join(out, f"{name}.json"), json_bytes(meta, rows, while_rows))
+    from .report import cores_label, markdown
     text = markdown(meta, rows, while_rows)
-    write_atomic(os.path.join(out, f"{name}.md"), text.encode())
     png = plot_png(rows, f"bincheck.jax vs lax.scan, remat and Equinox, {meta['mode']} run "
                          f"{meta['date'][:10]}, CPU float32, {cores_label(meta)}") if rows else None
-    if png is not None:
-        write_atomic(os.path.join(out, f"{name}.png"), png)
+    write_files(out, name, {"json": json_bytes(meta, rows, while_rows=while_rows),
+                            "md": text.encode(), "png": png})
     return text
 
 
@@ -173,10 +143,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.replot:
         from .report import rows_from_json
-        meta, rows, while_rows = rows_from_json(args.replot)
-        name = os.path.splitext(os.path.basename(args.replot))[0]
-        print(write_all(args.out, name, meta, rows, while_rows))
-        return 0
+        return replot(args.replot, args.out, rows_from_json, write_all)
     xla_flags, cpus = pin_xla(args.all_cores)
     jax, equinox = import_peers()
     name = f"while-{args.mode}" if args.cfg is None else args.mode
@@ -184,7 +151,7 @@ def main(argv=None) -> int:
         name += "-segments"
     if args.all_cores:
         name += "-allcores"
-    commit, dirty = library_version()
+    commit, dirty = library_version(LIBRARY)
     meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), mode=args.mode,
                 part="while" if args.cfg is None else "rnn" if args.while_cfg is None else
                 "all", jax=jax.__version__, equinox=equinox.__version__,

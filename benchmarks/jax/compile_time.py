@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 
-from ..result_files import write_results
+from ..common.files import write_results
 from .__main__ import pin_xla
 
 LENGTHS = (100, 1000, 10_000, 100_000)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..ratios import paired as paired_times
+from ..common.files import rows_of
+from ..common.ratios import paired as paired_times
+from ..common.report import cells_of, targets_section
+from ..common.report import fmt as _f
+from ..common.report import mib
 
-MiB = 2**20
 PEERS = ("scan-remat", "nested", "eqx")     # as strategies.PEERS (not imported: no jax here)
-
 
 
 def _segment(r) -> str:
@@ -17,42 +19,22 @@ def _segment(r) -> str:
     leaf = getattr(r, "plan_segment", None)
     return f" + {leaf}-step segments" if leaf and leaf > 1 else ""
 
-def json_bytes(meta: dict, rows: list, while_rows: list | None = None) -> bytes:
-    data: dict[str, Any] = {"meta": meta, "rows": [r.record() for r in rows]}
-    if while_rows is not None:
-        data["while_rows"] = [r.record() for r in while_rows]
-    return json.dumps(data, indent=1).encode()
-
 
 def rows_from_json(path: str) -> tuple[dict, list, list]:
-    from dataclasses import fields
-
     from .rows import Row, WhileRow
-
-    def make(cls: type, rec: dict) -> Any:        # fields of another version are dropped
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in rec.items() if k in names})
     with open(path) as f:
         data = json.load(f)
-    return (data["meta"], [make(Row, r) for r in data.get("rows", [])],
-            [make(WhileRow, r) for r in data.get("while_rows", [])])
+    return (data["meta"], rows_of(Row, data.get("rows", [])),
+            rows_of(WhileRow, data.get("while_rows", [])))
 
 
 def paired(a: Any, b: Any) -> float:
-    """Row a's time over row b's: :func:`benchmarks.ratios.paired` of their rounds."""
+    """Row a's time over row b's: :func:`benchmarks.common.ratios.paired` of their rounds."""
     return paired_times(a.times_s, b.times_s)
 
 
-def _f(v: Any, spec: str, missing: str = "–") -> str:
-    return missing if v is None else format(v, spec)
-
-
 def _mib(v: Any, spec: str = ".3f") -> str:
-    return _f(None if v is None else v / MiB, spec)
-
-
-def cells_of(rows: list) -> list[str]:
-    return list(dict.fromkeys(r.cell for r in rows))
+    return mib(v, spec)
 
 
 def _evals(r: Any) -> str:
@@ -172,14 +154,6 @@ TARGET_TEXT = {
 }
 
 
-def targets_md(rows: list) -> str:
-    out = ["| target | cell | result | numbers |", "|---|---|---|---|"]
-    for key, cell, passed, text in targets(rows):
-        mark = {True: "pass", False: "**miss**", None: "–"}[passed]
-        out.append(f"| {key} | {cell} | {mark} | {text} |")
-    return "\n".join(out) + "\n"
-
-
 def cores_label(meta: dict) -> str:
     """The CPUs the run could use (runs before 2026-11-24 recorded none: XLA_FLAGS alone, which
     left XLA's YNNPACK thread pool on every core)."""
@@ -206,8 +180,7 @@ def meta_md(meta: dict) -> str:
 def markdown(meta: dict, rows: list, while_rows: list | None = None) -> str:
     text = meta_md(meta)
     if rows:
-        text += table(rows) + "\n**Targets**\n\n" + targets_md(rows)
-        text += "\n" + "\n".join(f"- {v}" for v in TARGET_TEXT.values()) + "\n"
+        text += table(rows) + targets_section(targets(rows), TARGET_TEXT)
     if while_rows:
         text += while_table(while_rows) + "\n" + WHILE_TEXT
     return text

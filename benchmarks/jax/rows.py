@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+
+from ..common.rows import LoopRow
 
 
 @dataclass
-class Row:
-    cell: str
-    seq_len: int
-    hidden: int
-    batch: int
-    input_size: int
-    strategy: str
-    kind: str
-    label: str
-    num_ckpts: int | None = None
-    memory_budget: int | None = None    # memory= bytes
-    budget_of: str | None = None
-    status: str = "ok"
-    note: str | None = None             # a refusal's full message
-    max_rel_err: float | None = None
+class Row(LoopRow):
     lower_s: float | None = None        # trace + lower
     compile_s: float | None = None      # XLA compile
     temp_bytes: int | None = None       # memory_analysis().temp_size_in_bytes
@@ -41,10 +29,6 @@ class Row:
     step_plain_ms: float | None = None  # per-step costs, medians over the rounds
     step_taped_ms: float | None = None
 
-    def record(self) -> dict:
-        return asdict(self)
-
-
 
 @dataclass
 class WhileRow:
@@ -62,6 +46,3 @@ class WhileRow:
     temp_bytes: int | None = None       # the gradient's memory_analysis().temp_size_in_bytes
     fwd_temp_bytes: int | None = None   # the forward's
     runs: dict = field(default_factory=dict)  # "small"/"large": n, err, fwd_s, grad_s, times
-
-    def record(self) -> dict:
-        return asdict(self)

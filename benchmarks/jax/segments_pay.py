@@ -32,7 +32,8 @@ import statistics
 import sys
 import time
 
-from .__main__ import library_version, load_average, pin_xla
+from ..common.cli import library_version, load_average
+from .__main__ import LIBRARY, pin_xla
 
 
 def stencil_problem(N: int = 128, T: int = 500):
@@ -221,7 +222,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     xla_flags, cpus = pin_xla()
     import jax
-    commit, dirty = library_version()
+    commit, dirty = library_version(LIBRARY)
     meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), jax=jax.__version__,
                 commit=commit + (f" ({', '.join(dirty)} modified)" if dirty else ""),
                 xla_flags=xla_flags, cpus=cpus, load_start=load_average(),

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy
 
-from ..rnn.report import write_atomic
+from ..common.files import write_atomic
 
 __all__ = ["write_atomic", "peak_mib", "timed", "interleaved_medians", "max_rel_err", "leaves",
            "csv_bytes", "md_table", "loglog_slope", "write_outputs", "png_bytes"]

@@ -12,9 +12,10 @@ import os
 import sys
 import time
 
+from ..common.files import write_atomic
 from .cells import CELLS
 from .harness import LOSSES, Problem, Run, run_problem
-from .report import csv_bytes, markdown, plot_png, write_atomic
+from .report import csv_bytes, markdown, plot_png
 from .strategies import STRATEGIES
 
 # (cell, loss) pairs; --cells / --loss replace them by the grid of the given cells and losses

@@ -1,36 +1,18 @@
-"""Results files: CSV (one row per run), a markdown table, a PNG plot. Written atomically."""
+"""Results files: CSV (one row per run), a markdown table, a PNG plot (written atomically by
+:func:`benchmarks.common.files.write_atomic`)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import math
-import os
 import statistics
-import tempfile
 from collections.abc import Iterable
 from dataclasses import fields
 
 from bincheck import plan
 
 from .harness import Row
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Write to a temporary file in the same folder, then rename: never a half-written file."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)                 # mkstemp makes 0600 files: give the usual mode
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def rows_from_csv(path: str) -> list[Row]:

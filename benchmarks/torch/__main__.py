@@ -18,8 +18,10 @@ import datetime
 import os
 import platform
 import sys
-import tempfile
 import time
+
+from ..common.cli import (check_rounds, library_version, load_average, out_folder, parse_list,
+                          replot)
 
 MODES = {
     "smoke": dict(cells=["tanh", "lstm"], seq_len=20, hidden=16, batch=4, input_size=16,
@@ -59,15 +61,9 @@ def parse_args(argv):
     args.mode = "full" if args.full else "smoke" if args.smoke else "quick"
     cfg = dict(MODES[args.mode])
     if args.cells:
-        cells = [c.strip() for c in args.cells.split(",") if c.strip()]
-        bad = [c for c in cells if c not in ("tanh", "lstm", "gru")]
-        if bad or not cells:
-            p.error(f"--cells: expected a subset of tanh,lstm,gru; got {args.cells!r}")
-        cfg["cells"] = cells
+        cfg["cells"] = parse_list(p, "--cells", args.cells, ("tanh", "lstm", "gru"))
     if args.rounds is not None:
-        if args.rounds < 3:
-            p.error(f"--rounds must be at least 3 (the time is a median); got {args.rounds}")
-        cfg["rounds"] = args.rounds
+        cfg["rounds"] = check_rounds(p, args.rounds)
     for key in ("hidden", "batch"):
         value = getattr(args, key)
         if value is not None:
@@ -78,22 +74,8 @@ def parse_args(argv):
     args.name = args.mode + ("-cuda" if args.device == "cuda" else "") + "".join(
         f"-{k[0].upper()}{getattr(args, k)}" for k in ("hidden", "batch")
         if getattr(args, k) is not None)
-    if args.out is None:
-        args.out = tempfile.mkdtemp(prefix="bincheck-torch-smoke-") if args.smoke else RESULTS
+    args.out = out_folder(args.out, args.smoke, RESULTS, "bincheck-torch-smoke-")
     return args
-
-
-def library_version() -> str:
-    """The checkout's commit, with "+dirty" when bincheck/ has uncommitted changes."""
-    import subprocess
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "bincheck"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (head or "unknown") + ("+dirty" if dirty else "")
 
 
 def write_all(out: str, name: str, meta: dict, rows) -> str:
@@ -101,17 +83,15 @@ def write_all(out: str, name: str, meta: dict, rows) -> str:
              f"CPU float32, {meta['threads']} thread(s)")
     meter = ("CUDA caching allocator" if meta.get("device_name") else
              "profiler allocation events")
+    from ..common.files import csv_bytes, json_bytes, write_files
+    from .harness import Row
     from .plot import plot_png
-    from ..rnn.report import write_atomic
-    from .report import csv_bytes, json_bytes, markdown
-    write_atomic(os.path.join(out, f"{name}.json"), json_bytes(meta, rows))
-    write_atomic(os.path.join(out, f"{name}.csv"), csv_bytes(rows))
+    from .report import markdown
     text = markdown(meta, rows)
-    write_atomic(os.path.join(out, f"{name}.md"), text.encode())
     png = plot_png(rows, f"bincheck.torch vs torch checkpointing, {meta['mode']} run "
                          f"{meta['date'][:10]}, {where}", meter)
-    if png is not None:
-        write_atomic(os.path.join(out, f"{name}.png"), png)
+    write_files(out, name, {"json": json_bytes(meta, rows), "csv": csv_bytes(rows, Row),
+                            "md": text.encode(), "png": png})
     return text
 
 
@@ -119,15 +99,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.replot:
         from .report import rows_from_json
-        meta, rows = rows_from_json(args.replot)
-        name = os.path.splitext(os.path.basename(args.replot))[0]
-        print(write_all(args.out, name, meta, rows))
-        return 0
+        return replot(args.replot, args.out, rows_from_json, write_all)
     import torch
     from tqdm import tqdm
 
     from .harness import expected_ticks, run_cell
-    from .meter import load_average
     from .strategies import Problem
 
     torch.set_num_threads(1)
@@ -138,7 +114,7 @@ def main(argv=None) -> int:
         return 2
     meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), mode=args.mode,
                 ratios="per-round",
-                torch=torch.__version__, bincheck_commit=library_version(),
+                torch=torch.__version__, bincheck_commit=library_version()[0],
                 threads=torch.get_num_threads(), device=args.device,
                 device_name=(torch.cuda.get_device_name() if args.device == "cuda" else None),
                 python=platform.python_version(), machine=platform.machine(),

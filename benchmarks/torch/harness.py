@@ -19,7 +19,8 @@ Order, per cell:
    sums of the parameters' gradients: :func:`.meter.step_costs`), so that every
    bincheck run's bound uses costs measured in the same process and period. Time = median of
    the rounds; every ratio (time / store-all, time / bound, and target (a)'s bincheck / peer)
-   is the median over rounds of the ratio within a round (:func:`benchmarks.ratios.paired`).
+   is the median over rounds of the ratio within a round
+   (:func:`benchmarks.common.ratios.paired`).
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ import gc
 import re
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 
-from ..ratios import paired
+from ..common.ratios import paired
+from ..common.rows import LoopRow
 from . import strategies as S
 from .meter import peak_bytes, step_costs
 
@@ -40,21 +42,7 @@ RTOL = 1e-4      # float32: recomputation replays the same kernels, so errors ar
 
 
 @dataclass
-class Row:
-    cell: str
-    seq_len: int
-    hidden: int
-    batch: int
-    input_size: int
-    strategy: str
-    kind: str
-    label: str                          # short label on the plot
-    num_ckpts: int | None = None
-    memory_budget: int | None = None    # memory= bytes
-    budget_of: str | None = None
-    status: str = "ok"
-    note: str | None = None             # a refusal's full message
-    max_rel_err: float | None = None
+class Row(LoopRow):
     metered_peak: int | None = None     # bytes, profiler, above the start
     not_loop_bytes: int | None = None   # returned gradients + final state
     loop_bytes: int | None = None       # metered_peak - not_loop_bytes
@@ -86,9 +74,6 @@ class Row:
                                         # rounds of the ratio within a round (issue 29)
     device: str = "cpu"                 # "cuda": timed with synchronisation, metered by CUDA's
                                         # caching allocator
-
-    def record(self) -> dict:
-        return asdict(self)
 
 
 def _label(st: S.Strategy) -> str:

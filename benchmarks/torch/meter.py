@@ -141,10 +141,3 @@ def step_costs(prob: Problem, reps: int = 40) -> tuple[float, float, float]:
             p.grad = g
     return result[0], result[1], result[2]
 
-
-def load_average() -> str:
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "unknown"

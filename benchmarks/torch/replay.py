@@ -28,10 +28,11 @@ import bincheck
 import bincheck.torch as bt
 from bincheck.schedule.actions import Advance, Free, Restore, Reverse, Snapshot
 
-from ..ratios import paired
-from ..result_files import write_results
+from ..common.cli import load_average
+from ..common.files import write_results
+from ..common.ratios import paired
 from .harness import max_rel_err
-from .meter import engine_backward, load_average, step_costs
+from .meter import engine_backward, step_costs
 from .strategies import Problem
 
 

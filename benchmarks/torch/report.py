@@ -1,55 +1,26 @@
-"""Results files: JSON (metadata and rows), CSV (rows), a markdown table with the targets, a PNG."""
+"""The markdown report: a table per cell and the targets (the files: :mod:`benchmarks.common`)."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-from dataclasses import fields
 
-from ..ratios import paired
+from ..common.files import rows_of
+from ..common.ratios import paired
+from ..common.report import cells_of, targets_section
+from ..common.report import fmt as _f
+from ..common.report import mib as _mib
 from .harness import Row
-
-MiB = 2**20
-
-
-def json_bytes(meta: dict, rows: list[Row]) -> bytes:
-    return json.dumps({"meta": meta, "rows": [r.record() for r in rows]}, indent=1).encode()
 
 
 def rows_from_json(path: str) -> tuple[dict, list[Row]]:
     with open(path) as f:
         data = json.load(f)
     meta = data["meta"]
-    rows = [Row(**r) for r in data["rows"]]
+    rows = rows_of(Row, data["rows"])
     if meta.get("ratios") != "per-round":       # written before ratios were paired per round
         for r in rows:
             r.ratios = "medians"
     return meta, rows
-
-
-def csv_bytes(rows: list[Row]) -> bytes:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=[f.name for f in fields(Row)], lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        rec = r.record()
-        rec["times_s"] = " ".join(f"{t:.4f}" for t in r.times_s)
-        rec["bounds_s"] = " ".join(f"{t:.4f}" for t in r.bounds_s)
-        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in rec.items()})
-    return buf.getvalue().encode()
-
-
-def _f(v, spec: str, missing: str = "–") -> str:
-    return missing if v is None else format(v, spec)
-
-
-def _mib(v) -> str:
-    return _f(None if v is None else v / MiB, ".2f")
-
-
-def cells_of(rows: list[Row]) -> list[str]:
-    return list(dict.fromkeys(r.cell for r in rows))
 
 
 def table(rows: list[Row]) -> str:
@@ -153,14 +124,6 @@ TARGET_TEXT = {
 }
 
 
-def targets_md(rows: list[Row]) -> str:
-    out = ["| target | cell | result | numbers |", "|---|---|---|---|"]
-    for key, cell, passed, text in targets(rows):
-        mark = {True: "pass", False: "**miss**", None: "–"}[passed]
-        out.append(f"| {key} | {cell} | {mark} | {text} |")
-    return "\n".join(out) + "\n"
-
-
 def meta_md(meta: dict) -> str:
     commit = meta.get("bincheck_commit")
     device = meta.get("device_name")
@@ -173,5 +136,4 @@ def meta_md(meta: dict) -> str:
 
 
 def markdown(meta: dict, rows: list[Row]) -> str:
-    text = meta_md(meta) + table(rows) + "\n**Targets**\n\n" + targets_md(rows)
-    return text + "\n" + "\n".join(f"- {v}" for v in TARGET_TEXT.values()) + "\n"
+    return meta_md(meta) + table(rows) + targets_section(targets(rows), TARGET_TEXT)

@@ -37,7 +37,7 @@ from bincheck import binomial_checkpoint, checkpointed_while_loop
 from bincheck import WhileLoop
 from bincheck.schedule.online import EveryKPlanner
 
-from ..rnn.report import write_atomic
+from ..common.files import write_atomic
 
 
 class Counter:

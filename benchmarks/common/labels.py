@@ -1,5 +1,4 @@
-"""Label placement for the benchmarks' scatter plots (shared by benchmarks.torch and
-benchmarks.jax)."""
+"""Label placement for the benchmarks' scatter plots (:mod:`benchmarks.common.plot`)."""
 
 from __future__ import annotations
 

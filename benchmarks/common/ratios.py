@@ -1,4 +1,4 @@
-"""Ratios between two timed strategies on a shared machine (benchmarks.torch and benchmarks.jax).
+"""Ratios between two timed strategies on a shared machine (every benchmark in benchmarks/).
 
 The development VM's speed moves within minutes (the same plain step measured 0.145 and 0.19 ms
 a few seconds apart on 2026-11-24), so a ratio of two medians taken over different moments

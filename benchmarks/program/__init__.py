@@ -1,0 +1,1 @@
+"""``python -m benchmarks.program``: bincheck.torch on whole networks against torch (see README)."""
