@@ -68,7 +68,8 @@ class Row:
     lib_peak_bytes: int | None = None
     plan_s: float | None = None
     record_s: float | None = None
-    predicted_peak: int | None = None   # bincheck: .preview(x).peak_bytes
+    predicted_peak: int | None = None   # bincheck: its plan's predicted peak + the trace
+    trace_bytes: int | None = None      # bincheck: the recorded trace's bytes
 
 
 class WorkloadRun:
@@ -140,8 +141,12 @@ class WorkloadRun:
             return
         for name, attr in (("ops", "ops"), ("plain_ops", "plain_ops"),
                            ("taped_ops", "taped_ops"), ("lib_peak_bytes", "peak_bytes"),
-                           ("plan_s", "plan_seconds"), ("record_s", "record_seconds")):
+                           ("record_s", "record_seconds"), ("trace_bytes", "trace_bytes")):
             setattr(row, name, getattr(stats, attr, None))
+        plan = getattr(st.handle, "last_plan", None)      # planned once, at the first call
+        row.plan_s = None if plan is None else plan.plan_seconds
+        # the plan's predicted peak and the trace: what memory= counts, the gradients included
+        row.predicted_peak = None if plan is None else plan.peak_bytes + stats.trace_bytes
 
     def rounds(self, n: int) -> None:
         """``n`` timed rounds of every live strategy, interleaved, the order reversed every
@@ -180,13 +185,14 @@ FRACTIONS = (0.5, 0.25, 0.1)     # bincheck memory= at these shares of store-all
 
 
 def bincheck_budgets(rows: list[Row], fractions=FRACTIONS) -> list[tuple[str, int]]:
-    """(label, bytes): each measured peer's metered peak less the parameters' gradients (what
-    ``memory=`` does not hold), and fractions of store-all's."""
+    """(label, bytes): each measured peer's metered peak (``memory=`` counts the parameters'
+    gradients too, as the meter does), and fractions of store-all's beyond the gradients (the
+    part checkpointing can change) with the gradients added back."""
     ok = [r for r in rows if r.metered_peak is not None]
-    out = [(r.label, share(r)) for r in ok if r.kind != "store-all"]
+    out = [(r.label, r.metered_peak) for r in ok if r.kind != "store-all"]
     ref = next((r for r in ok if r.kind == "store-all"), None)
     if ref is not None:
-        out += [(f"{f:.0%}", int(f * share(ref))) for f in fractions]
+        out += [(f"{f:.0%}", int(f * share(ref)) + ref.grad_bytes) for f in fractions]
     return out
 
 

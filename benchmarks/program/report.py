@@ -92,10 +92,14 @@ def targets(rows: list[Row]) -> list[tuple[str, str, bool | None, str]]:
                                 f"{ref.label}: bincheck at its peak {ratio:.2f}× its time"))
         for r in ours:
             per_op = (None if not r.ops or r.record_s is None else 1e6 * r.record_s / r.ops)
+            b_op = (None if not r.ops or r.trace_bytes is None else r.trace_bytes / r.ops)
+            pred = (None if not r.predicted_peak or r.metered_peak is None else
+                    r.metered_peak / r.predicted_peak)
             res.append(("d", name, None,
-                        f"{r.label}: planning {_f(r.plan_s, '.3f')} s, recording "
+                        f"{r.label}: planning {_f(r.plan_s, '.3f')} s, the recorded forward "
                         f"{_f(r.record_s, '.3f')} s over {_f(r.ops, 'd')} ops "
-                        f"({_f(per_op, '.1f')} µs an op)"))
+                        f"({_f(per_op, '.1f')} µs an op), trace {_f(b_op, '.0f')} B an op, "
+                        f"measured / predicted peak {_f(pred, '.2f')}"))
     return res
 
 
@@ -105,7 +109,8 @@ TARGET_TEXT = {
     "b": "(b) bincheck's Pareto curve is never above a peer's point: some bincheck run is at or "
          "below it in both peak and time",
     "c": "(c) RNN: time ≤ 1.15× bt.binomial_checkpoint's at its peak",
-    "d": "(d) planning time and recording overhead per op, reported",
+    "d": "(d) planning time, the recorded forward's time and trace bytes per op, and the "
+         "measured / predicted peak, reported",
 }
 
 

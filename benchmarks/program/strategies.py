@@ -152,10 +152,10 @@ def bincheck_strategies(w: Workload, budgets: list[tuple[str, int]]) -> list[Str
             def gradient(net=net):
                 w.loss_of(w.apply(net)).backward()
         else:
-            run, net = w.extra["run"], None
+            net = bt.checkpoint_function(w.extra["run"], memory=memory)
 
-            def gradient(memory=memory):
-                w.loss_of(bt.checkpoint(run, w.chain_input, memory=memory)).backward()
+            def gradient(net=net):
+                w.loss_of(net(w.chain_input)).backward()
         out.append(Strategy(f"bincheck memory= {label}", "bincheck", f"mem={label}", gradient,
                             memory=memory, budget_of=label, handle=net))
     return out

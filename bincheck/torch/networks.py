@@ -96,7 +96,14 @@ class CheckpointedModule(nn.Module):
 
     @property
     def stats(self) -> ProgramStats:
+        """The :class:`~bincheck.ProgramStats` of the last call (its forward; its backward as
+        it runs): ``plan_seconds`` is 0 where the call reused a plan."""
         return self.program.stats
+
+    @property
+    def last_plan(self) -> ProgramPlan | None:
+        """The plan of the last call (``plan_seconds``: how long making it took)."""
+        return self.program.last_plan
 
     def preview(self, *args: Any, **kwargs: Any) -> ProgramPlan:
         return self.program.preview(*args, **kwargs)

@@ -22,6 +22,7 @@ One gradient:
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any, Callable, Iterator
@@ -71,6 +72,7 @@ class ProgramPlan:
         self.peak_bytes, self.seconds = peak_bytes, seconds
         self.plain_stages, self.taped_stages = plain_stages, taped_stages
         self.plan0, self.keep_from = None, None
+        self.plan_seconds = 0.0                 # how long planning took (once per op sequence)
 
     def expect(self, trace: Trace) -> None:
         """Work out what the forward captures for this plan: the live set at every cut the
@@ -92,7 +94,7 @@ class ProgramPlan:
 
     def __repr__(self) -> str:
         return (f"ProgramPlan(stages={self.stages}, peak_bytes={self.peak_bytes}, "
-                f"seconds={self.seconds:.4g})")
+                f"seconds={self.seconds:.4g}, plan_seconds={self.plan_seconds:.3g})")
 
 
 class ProgramCall:
@@ -229,7 +231,7 @@ class CheckpointedFunction(Configured):
     """``f(*args, **kwargs)`` returns ``fn(*args, **kwargs)``, differentiated within
     ``num_ckpts`` snapshots or ``memory`` bytes; see :func:`checkpoint`."""
 
-    _published = ("stats", "_expected")
+    _published = ("stats", "_expected", "last_plan")
 
     def __init__(self, fn: Callable, num_ckpts: int | None, memory: int | None, verify: bool,
                  preserve_rng_state: bool) -> None:
@@ -240,6 +242,7 @@ class CheckpointedFunction(Configured):
         self._freeze()
         self.stats = ProgramStats()
         self._expected: ProgramPlan | None = None
+        self.last_plan: ProgramPlan | None = None
 
     def __repr__(self) -> str:
         name = getattr(self.fn, "__name__", repr(self.fn))
@@ -261,15 +264,17 @@ class CheckpointedFunction(Configured):
         plan = self.plan_for(tr)
         call.stats.plan_seconds = time.perf_counter() - t0
         call.start(plan, plan is expected)
-        self._expected = plan
+        self._expected = self.last_plan = plan
         return out
 
     def plan_for(self, tr: Trace) -> ProgramPlan:
         key = (tr.signature, tr.n)
         plan = self._plans.get(key)
         if plan is None:
+            t0 = time.perf_counter()
             plan = self._plan(tr)
             plan.expect(tr)
+            plan.plan_seconds = time.perf_counter() - t0
             with self._lock:
                 if len(self._plans) > 64:
                     self._plans.clear()
@@ -298,16 +303,18 @@ class CheckpointedFunction(Configured):
                 return ProgramPlan(bounds, actions, cost.peak_bytes, cost.seconds, 0, stages)
             cp = ChainPlan(chain, num_ckpts=self.num_ckpts)
         else:
-            free = int((self.memory - tr.nbytes) * MODEL_SHARE)
+            # the share applies to what the model estimates; the gradients' bytes are exact
+            free = grads + int((self.memory - tr.nbytes - grads) * MODEL_SHARE)
             big, tape = int(chain.cuts.max()), int(chain.tape.max())
             least = chain.work + 2 * big + tape      # Revolve over the stages, one snapshot
-            need = int(max(minimum_memory(chain), least) / MODEL_SHARE) + tr.nbytes + 1
+            need = grads + math.ceil((max(minimum_memory(chain), least) - grads) /
+                                     MODEL_SHARE) + tr.nbytes
             if self.memory < need:
                 raise ValueError(
                     f"memory={self.memory} bytes is below the least this function needs "
                     f"({need} bytes: its trace, {tr.nbytes} bytes, its largest live set and "
-                    f"stage taped alone, and the gradients of what it differentiates); pass "
-                    f"memory={need} or more")
+                    f"stage taped alone, and the gradients of what it differentiates, "
+                    f"{grads} bytes); pass memory={need} or more")
             try:
                 cp = ChainPlan(chain, memory=free)
             except ValueError:                  # the stages grouped for planning do not fit
