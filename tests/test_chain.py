@@ -11,19 +11,20 @@ from bincheck.schedule import optimal_plain_steps, plan
 from bincheck.schedule.chain import Chain, ChainPlan, chain_cost, group, minimum_memory
 
 
-def random_chain(n, seed, cut_range=(1, 6), tape_range=(1, 6)):
+def random_chain(n, seed, cut_range=(1, 6), tape_range=(1, 6), spikes=False):
     rng = random.Random(seed)
     return Chain([rng.choice([0.5, 1.0, 2.0, 3.0]) for _ in range(n)],
                  [rng.choice([1.0, 2.5, 4.0, 6.0]) for _ in range(n)],
                  [rng.randint(*tape_range) for _ in range(n)],
-                 [rng.randint(*cut_range) for _ in range(n + 1)], rng.randint(0, 3))
+                 [rng.randint(*cut_range) for _ in range(n + 1)], rng.randint(0, 3),
+                 [rng.randint(0, 5) for _ in range(n)] if spikes else None)
 
 
 def exhaustive(chain, memory=None, num_ckpts=None):
     """The least seconds of any action stream (Dijkstra over (live cut, adjoint cut, stored
     cuts)), cut 0 stored throughout, priced with the chain's memory model: not the planner's
     recursion, so a schedule outside its nested shape would show here."""
-    n, cuts, tape = chain.n, chain.cuts, chain.tape
+    n, cuts, tape, spike = chain.n, chain.cuts, chain.tape, chain.spike
 
     def fits(stored, extra):
         if num_ckpts is not None:
@@ -41,7 +42,7 @@ def exhaustive(chain, memory=None, num_ckpts=None):
             return t
         moves = []
         if live is not None and live + 1 < adj:
-            extra = (0 if live in stored else cuts[live]) + cuts[live + 1]
+            extra = (0 if live in stored else cuts[live]) + cuts[live + 1] + spike[live]
             if fits(stored, extra) or num_ckpts is not None:
                 moves.append((chain.plain[live], (live + 1, adj, stored)))
         if live is not None and live not in stored and fits(stored | {live}, 0):
@@ -51,7 +52,8 @@ def exhaustive(chain, memory=None, num_ckpts=None):
                 moves.append((0.0, (live, adj, stored - {c})))
             moves.append((0.0, (c, adj, stored)))
         if live is not None and live < adj and (num_ckpts is None or adj - live == 1):
-            extra = (0 if live in stored else cuts[live]) + sum(tape[live:adj])
+            extra = (0 if live in stored else cuts[live]) + sum(tape[live:adj]) + \
+                max(spike[live:adj])
             if num_ckpts is not None or fits(stored, extra):
                 moves.append((sum(chain.taped[live:adj]), (None, live, stored)))
         for cost, state in moves:
@@ -88,6 +90,27 @@ def test_memory_plans_are_optimal_against_an_exhaustive_search(seed):
         cost = chain_cost(chain, iter(p))
         assert cost.peak_bytes <= memory
         assert p.seconds == pytest.approx(exhaustive(chain, memory=memory))
+
+
+def test_memory_plans_with_stage_spikes_against_an_exhaustive_search():
+    # spike[k]: bytes held only while stage k runs (a taped segment holds its largest). The
+    # recursion's nested plans are optimal on 119 of these 120 (chain, budget) pairs; on one, a
+    # stream that drops a snapshot midway through the segment above it (not nested) is 4.9 %
+    # faster: the planner is exact for nested plans, within 5 % of any stream here
+    equal, total = 0, 0
+    for seed in range(30):
+        chain = random_chain(2 + seed % 5, 100 + seed, spikes=True)
+        low = minimum_memory(chain)
+        for memory in (low, low + 2, low + 6, low + 15):
+            p = ChainPlan(chain, memory=memory, units=4096)
+            assert chain_cost(chain, iter(p)).peak_bytes <= memory
+            best = exhaustive(chain, memory=memory)
+            assert best - 1e-9 <= p.seconds <= 1.05 * best
+            equal += p.seconds == pytest.approx(best)
+            total += 1
+        with pytest.raises(ValueError, match="below the least"):
+            ChainPlan(chain, memory=low - 1, units=4096)
+    assert equal >= total - 2
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -5,12 +5,14 @@ differ: stage ``k`` takes the values live at cut ``k`` to those live at cut ``k 
 :class:`Chain` states what each costs: ``plain[k]`` seconds to run stage ``k`` without a tape,
 ``taped[k]`` seconds to run it under a tape and pull the adjoint back through it, ``tape[k]``
 bytes its tape holds, ``cuts[c]`` bytes a snapshot at cut ``c`` holds (the live set there, in
-Dauvergne and Hascoet's sense), and ``work`` bytes held beside all that (cotangents, temporaries).
+Dauvergne and Hascoet's sense), ``spike[k]`` bytes held only while stage ``k`` runs (its
+temporaries and the cotangents in flight there; a run of stages holds its largest), and ``work``
+bytes held throughout (what a sweep holds whatever it does).
 
 **The memory model** (:func:`chain_cost` checks a stream against it, action by action): bytes
 held = ``work`` + the stored snapshots' ``cuts`` + the live cut's if it is not stored; while stage
-``k`` runs plain, its output cut too; while ``Reverse(a, b)`` runs, the tapes of stages
-``a..b-1``. With ``num_ckpts`` instead, at most that many snapshots are held (cut 0 included,
+``k`` runs plain, its output cut and ``spike[k]`` too; while ``Reverse(a, b)`` runs, the tapes
+of stages ``a..b-1`` and the largest of their spikes. With ``num_ckpts`` instead, at most that many snapshots are held (cut 0 included,
 Revolve's convention) and one stage is taped at a time.
 
 **The planner** solves, for the state at cut ``i`` stored and the adjoint at cut ``j``, with
@@ -57,23 +59,26 @@ class Chain:
     tape: Any
     cuts: Any
     work: int = 0
+    spike: Any = None
 
     def __post_init__(self) -> None:
         n = len(self.plain)
         if n < 1:
             raise ValueError("a chain has at least one stage; got plain=()")
-        for name, want in (("taped", n), ("tape", n), ("cuts", n + 1)):
+        if self.spike is None:
+            object.__setattr__(self, "spike", np.zeros(n, dtype=np.int64))
+        for name, want in (("taped", n), ("tape", n), ("cuts", n + 1), ("spike", n)):
             got = len(getattr(self, name))
             if got != want:
                 raise ValueError(f"{name} must have {want} entries for {n} stages "
                                  f"(cuts: one more than stages); got {got}")
-        for name in ("plain", "taped", "tape", "cuts"):
+        for name in ("plain", "taped", "tape", "cuts", "spike"):
             values = np.asarray(getattr(self, name))
             if values.dtype.kind not in "iuf" or not np.all(np.isfinite(values)) or \
                     np.any(values < 0):
                 raise ValueError(f"{name} must hold finite numbers >= 0; got "
                                  f"{short_repr(getattr(self, name))}")
-            if name in ("tape", "cuts"):
+            if name in ("tape", "cuts", "spike"):
                 if np.any(values != np.floor(values)):
                     raise ValueError(f"{name} must hold whole bytes; got {short_repr(values)}")
                 values = values.astype(np.int64, copy=False)
@@ -114,6 +119,7 @@ def chain_cost(chain: Chain, actions: Iterator[Action]) -> "ChainCost":
     tracker = Tracker(chain.n)
     cuts, tape = chain.cuts.tolist(), chain.tape.tolist()
     plain, taped = chain.plain.tolist(), chain.taped.tolist()
+    spike = chain.spike.tolist()
     stored: set = set()
     plain_s = taped_s = 0.0
     held = peak = chain.work
@@ -127,12 +133,13 @@ def chain_cost(chain: Chain, actions: Iterator[Action]) -> "ChainCost":
         base = chain.work + sum(cuts[c] for c in stored)
         if kind is Advance:
             for k in range(action.start, action.stop):
-                held = base + (0 if k in stored else cuts[k]) + cuts[k + 1]
+                held = base + (0 if k in stored else cuts[k]) + cuts[k + 1] + spike[k]
                 peak = max(peak, held)
                 plain_s += plain[k]
             live = action.stop
         elif kind is Reverse:
-            peak = max(peak, base + live_bytes() + sum(tape[action.start:action.stop]))
+            peak = max(peak, base + live_bytes() + sum(tape[action.start:action.stop]) +
+                       max(spike[action.start:action.stop], default=0))
             taped_s += sum(taped[action.start:action.stop])
             live = None
         elif kind is Snapshot:
@@ -245,9 +252,9 @@ def minimum_memory(chain: Chain) -> int:
     stage advanced to (two adjacent cuts) and taped alone from its input cut."""
     cuts = chain.cuts.copy()
     cuts[0] = 0                                   # cut 0 is counted once, below
-    need = int(np.max(cuts[:-1] + chain.tape))
+    need = int(np.max(cuts[:-1] + chain.tape + chain.spike))
     if chain.n > 1:
-        need = max(need, int(np.max(cuts[:-2] + cuts[1:-1])))
+        need = max(need, int(np.max(cuts[:-2] + cuts[1:-1] + chain.spike[:-1])))
     return chain.work + int(chain.cuts[0]) + need
 
 
@@ -256,7 +263,8 @@ def _by_bytes(chain: Chain, free: int, units: int, finer: int = 16) -> "_Choice"
     units`` of them (the exact model), else ``units`` equal parts of ``free`` rounded up, then
     finer (up to ``finer`` times as many); where rounding leaves nothing feasible, the
     one-snapshot plan (its peak is :func:`minimum_memory`, which the caller checked)."""
-    whole = math.gcd(int(free), int(np.gcd.reduce(np.concatenate([chain.cuts, chain.tape]))))
+    whole = math.gcd(int(free), int(np.gcd.reduce(np.concatenate([chain.cuts, chain.tape,
+                                                                   chain.spike]))))
     if whole and free // whole <= finer * units:
         return _solve(chain, free // whole, whole)
     for parts in sorted({units, min(4, finer) * units, finer * units}):
@@ -281,8 +289,8 @@ def _solve(chain: Chain, slots: int, unit: int | None) -> "_Choice":
         adv = np.zeros((n + 1, n + 1), dtype=np.int64)
     else:
         cost = -(-chain.cuts // unit)
-        first = (-(-chain.cuts[1:] // unit)).tolist()
-        pair = (-(-(chain.cuts[:-1] + chain.cuts[1:]) // unit)).tolist()
+        first = (-(-(chain.cuts[1:] + chain.spike) // unit)).tolist()
+        pair = (-(-(chain.cuts[:-1] + chain.cuts[1:] + chain.spike) // unit)).tolist()
         adv = np.zeros((n + 1, n + 1), dtype=np.int64)   # adv[i, k]: advancing i -> k holds
         for i in range(n):
             run = first[i]
@@ -290,6 +298,8 @@ def _solve(chain: Chain, slots: int, unit: int | None) -> "_Choice":
                 adv[i, k] = run
                 if k < n:
                     run = max(run, pair[k])
+    # spikes[i][d - 1]: the largest spike of stages i..i+d-1 (a segment taped at once)
+    spikes = [np.maximum.accumulate(chain.spike[i:]).tolist() for i in range(n)]
     # left[i, k] = C(i, k, .); the right part C(k, j, m - cost[k]) is read from left[k, j]
     left = np.full((n + 1, n + 1, size), INF)
     arg = np.zeros((n + 1, n + 1, size), dtype=np.int16)
@@ -300,7 +310,7 @@ def _solve(chain: Chain, slots: int, unit: int | None) -> "_Choice":
             if unit is None:
                 need = 0 if d == 1 else size
             else:
-                need = math.ceil((tape[j] - tape[i]) / unit)
+                need = math.ceil((tape[j] - tape[i] + spikes[i][j - i - 1]) / unit)
             best = np.where(ms >= need, taped[j] - taped[i], INF)
             choice = np.full(size, j, dtype=np.int16)
             kept = np.zeros(size, dtype=bool)
@@ -376,14 +386,14 @@ def group(chain: Chain, stages: int) -> list[int]:
 
 def grouped(chain: Chain, bounds: list[int]) -> Chain:
     """The chain of the groups ``bounds[g]..bounds[g+1]-1``: summed times and tapes, each
-    group's boundary cuts; a group's advance holds its largest pair of adjacent cuts (its
-    ``work`` takes the excess over the boundary pair)."""
+    group's boundary cuts; a group's spike is its largest stage held with both its cuts (an
+    advance through the group holds that at its worst)."""
     b = np.asarray(bounds)
     plain = np.add.reduceat(chain.plain, b[:-1])
     taped = np.add.reduceat(chain.taped, b[:-1])
     tape = np.add.reduceat(chain.tape, b[:-1])
-    inner = int(np.max(chain.cuts[:-1] + chain.cuts[1:]))
-    return Chain(plain, taped, tape, chain.cuts[b], chain.work + inner)
+    spike = np.maximum.reduceat(chain.cuts[:-1] + chain.cuts[1:] + chain.spike, b[:-1])
+    return Chain(plain, taped, tape, chain.cuts[b], chain.work, spike)
 
 
 __all__ = ["Chain", "ChainPlan", "ChainCost", "chain_cost", "group", "grouped",

@@ -291,10 +291,14 @@ class CheckpointedFunction(Configured):
         out_bytes = np.asarray(tr.out_bytes, dtype=np.int64)
         grads = sum(t.untyped_storage().nbytes() for t, g in zip(tr.externals, tr.ext_grad)
                     if g)
-        work = 2 * int(cuts.max()) + 2 * int(out_bytes.max()) + grads + SWEEP_OVERHEAD_B
+        # held throughout the backward: the parameters' gradients and autograd's cotangents at
+        # the adjoint's cut and the one it pulls back to (two live sets at most); while a stage
+        # runs, its ops' results and the cotangents they pull back (twice its largest result)
+        work = 2 * int(cuts.max()) + grads + SWEEP_OVERHEAD_B
+        spike = 2 * np.maximum.reduceat(out_bytes, bounds[:-1])
         # a taped segment is a replay keeping what autograd saved: as long as a plain one
         chain = Chain(seconds, seconds + TAPED_OVERHEAD_S * counts, saved,
-                      cuts + SNAPSHOT_OVERHEAD_B, work)
+                      cuts + SNAPSHOT_OVERHEAD_B, work, spike)
         stages = len(bounds) - 1
         if self.memory is None:
             if self.num_ckpts > stages:         # a snapshot per cut: store-all does better
