@@ -17,7 +17,8 @@ def random_chain(n, seed, cut_range=(1, 6), tape_range=(1, 6), spikes=False):
                  [rng.choice([1.0, 2.5, 4.0, 6.0]) for _ in range(n)],
                  [rng.randint(*tape_range) for _ in range(n)],
                  [rng.randint(*cut_range) for _ in range(n + 1)], rng.randint(0, 3),
-                 [rng.randint(0, 5) for _ in range(n)] if spikes else None)
+                 [rng.randint(0, 5) for _ in range(n)] if spikes else None,
+                 [rng.randint(0, 4) for _ in range(n + 1)] if spikes else None)
 
 
 def exhaustive(chain, memory=None, num_ckpts=None):
@@ -26,10 +27,10 @@ def exhaustive(chain, memory=None, num_ckpts=None):
     recursion, so a schedule outside its nested shape would show here."""
     n, cuts, tape, spike = chain.n, chain.cuts, chain.tape, chain.spike
 
-    def fits(stored, extra):
+    def fits(stored, extra, adj):
         if num_ckpts is not None:
             return len(stored) <= num_ckpts
-        return chain.work + sum(cuts[c] for c in stored) + extra <= memory
+        return chain.work + chain.adj[adj] + sum(cuts[c] for c in stored) + extra <= memory
     start = (0, n, frozenset([0]))
     best = {start: 0.0}
     heap = [(0.0, 0, start)]
@@ -43,9 +44,9 @@ def exhaustive(chain, memory=None, num_ckpts=None):
         moves = []
         if live is not None and live + 1 < adj:
             extra = (0 if live in stored else cuts[live]) + cuts[live + 1] + spike[live]
-            if fits(stored, extra) or num_ckpts is not None:
+            if fits(stored, extra, adj) or num_ckpts is not None:
                 moves.append((chain.plain[live], (live + 1, adj, stored)))
-        if live is not None and live not in stored and fits(stored | {live}, 0):
+        if live is not None and live not in stored and fits(stored | {live}, 0, adj):
             moves.append((0.0, (live, adj, stored | {live})))
         for c in stored:
             if c != 0:
@@ -54,7 +55,7 @@ def exhaustive(chain, memory=None, num_ckpts=None):
         if live is not None and live < adj and (num_ckpts is None or adj - live == 1):
             extra = (0 if live in stored else cuts[live]) + sum(tape[live:adj]) + \
                 max(spike[live:adj])
-            if num_ckpts is not None or fits(stored, extra):
+            if num_ckpts is not None or fits(stored, extra, adj):
                 moves.append((sum(chain.taped[live:adj]), (None, live, stored)))
         for cost, state in moves:
             if t + cost < best.get(state, float("inf")):
@@ -93,10 +94,11 @@ def test_memory_plans_are_optimal_against_an_exhaustive_search(seed):
 
 
 def test_memory_plans_with_stage_spikes_against_an_exhaustive_search():
-    # spike[k]: bytes held only while stage k runs (a taped segment holds its largest). The
-    # recursion's nested plans are optimal on 119 of these 120 (chain, budget) pairs; on one, a
-    # stream that drops a snapshot midway through the segment above it (not nested) is 4.9 %
-    # faster: the planner is exact for nested plans, within 5 % of any stream here
+    # spike[k]: bytes held only while stage k runs (a taped segment holds its largest); adj[c]
+    # bytes held while the adjoint is at cut c. The recursion's nested plans are optimal on 118
+    # of these 120 (chain, budget) pairs; on two, a stream that drops a snapshot midway through
+    # the segment above it (not nested) is up to 6.3 % faster: the planner is exact for nested
+    # plans, within 7 % of any stream here
     equal, total = 0, 0
     for seed in range(30):
         chain = random_chain(2 + seed % 5, 100 + seed, spikes=True)
@@ -105,12 +107,12 @@ def test_memory_plans_with_stage_spikes_against_an_exhaustive_search():
             p = ChainPlan(chain, memory=memory, units=4096)
             assert chain_cost(chain, iter(p)).peak_bytes <= memory
             best = exhaustive(chain, memory=memory)
-            assert best - 1e-9 <= p.seconds <= 1.05 * best
+            assert best - 1e-9 <= p.seconds <= 1.07 * best
             equal += p.seconds == pytest.approx(best)
             total += 1
         with pytest.raises(ValueError, match="below the least"):
             ChainPlan(chain, memory=low - 1, units=4096)
-    assert equal >= total - 2
+    assert equal >= total - 3
 
 
 @pytest.mark.parametrize("seed", range(20))

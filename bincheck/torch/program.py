@@ -46,10 +46,14 @@ TAPED_OVERHEAD_S = 2e-5
 # what a snapshot and the sweep hold beside the tensors' bytes (dicts, the executor's tables)
 SNAPSHOT_OVERHEAD_B = 512
 SWEEP_OVERHEAD_B = 16 * 1024
-# the share of the budget (after the trace) a plan may predict: the model is coarse (autograd's
-# own gradient buffers are estimated as two live sets and two op results); plans whose
-# predicted peak filled the budget measured up to 1.08x it on an MLP (profiler's meter)
-MODEL_SHARE = 0.9
+# the share of the budget beyond the trace and the gradients a plan may predict: the model is
+# coarse (autograd's cotangents are estimated as twice the live set at the adjoint's cut and a
+# stage's largest result). Measured with the profiler's meter at budgets from the minimum to
+# 0.8x store-all's peak: 0.74-0.98 of the budget on a 32-op MLP (its peaks reached 1.06-1.13
+# of budgets planned with one live set), 0.31-0.59 on ResNet-18, the GPT and the U-Net, whose
+# minima it overestimates (ResNet-18's above store-all's peak at batch 8, 64x64)
+MODEL_SHARE = 0.85
+MAX_STAGES = 64             # the planner's stages at most (longer traces are grouped)
 
 _last = threading.local()
 
@@ -291,14 +295,14 @@ class CheckpointedFunction(Configured):
         out_bytes = np.asarray(tr.out_bytes, dtype=np.int64)
         grads = sum(t.untyped_storage().nbytes() for t, g in zip(tr.externals, tr.ext_grad)
                     if g)
-        # held throughout the backward: the parameters' gradients and autograd's cotangents at
-        # the adjoint's cut and the one it pulls back to (two live sets at most); while a stage
-        # runs, its ops' results and the cotangents they pull back (twice its largest result)
-        work = 2 * int(cuts.max()) + grads + SWEEP_OVERHEAD_B
-        spike = 2 * np.maximum.reduceat(out_bytes, bounds[:-1])
+        # held throughout the backward: the parameters' gradients; while the adjoint is at a
+        # cut, autograd's cotangents there (as large as its live set); while a stage runs, the
+        # cotangents its ops pull back (its largest result)
+        work = grads + SWEEP_OVERHEAD_B
+        spike = np.maximum.reduceat(out_bytes, bounds[:-1])
         # a taped segment is a replay keeping what autograd saved: as long as a plain one
         chain = Chain(seconds, seconds + TAPED_OVERHEAD_S * counts, saved,
-                      cuts + SNAPSHOT_OVERHEAD_B, work, spike)
+                      cuts + SNAPSHOT_OVERHEAD_B, work, spike, 2 * cuts)
         stages = len(bounds) - 1
         if self.memory is None:
             if self.num_ckpts > stages:         # a snapshot per cut: store-all does better
@@ -309,10 +313,8 @@ class CheckpointedFunction(Configured):
         else:
             # the share applies to what the model estimates; the gradients' bytes are exact
             free = grads + int((self.memory - tr.nbytes - grads) * MODEL_SHARE)
-            big, tape = int(chain.cuts.max()), int(chain.tape.max())
-            least = chain.work + 2 * big + tape      # Revolve over the stages, one snapshot
-            need = grads + math.ceil((max(minimum_memory(chain), least) - grads) /
-                                     MODEL_SHARE) + tr.nbytes
+            least = minimum_memory(chain)
+            need = grads + math.ceil((least - grads) / MODEL_SHARE) + tr.nbytes + 1
             if self.memory < need:
                 raise ValueError(
                     f"memory={self.memory} bytes is below the least this function needs "
@@ -320,14 +322,17 @@ class CheckpointedFunction(Configured):
                     f"stage taped alone, and the gradients of what it differentiates, "
                     f"{grads} bytes); pass memory={need} or more")
             try:
-                cp = ChainPlan(chain, memory=free)
-            except ValueError:                  # the stages grouped for planning do not fit
-                slots = max(1, min(stages, (free - least) // max(big, 1) + 1))
+                cp = ChainPlan(chain, memory=free, max_stages=MAX_STAGES)
+            except ValueError:
+                # the planner's groups (of unequal stages) need more than the stages alone:
+                # Revolve over the stages, each snapshot beyond the first costing at most the
+                # largest live set above what one snapshot needs (which is ``least``)
+                big = max(int(chain.cuts.max()), 1)
+                slots = min(stages, 1 + max(0, free - least) // big)
                 plan = Plan(stages, slots)
-                actions = tuple(plan)
-                cost = chain_cost(chain, iter(actions))
-                return ProgramPlan(bounds, actions, cost.peak_bytes, cost.seconds,
-                                   cost.plain_stages, cost.taped_stages)
+                seconds = plan.plain_steps * float(chain.plain.mean()) + float(chain.taped.sum())
+                return ProgramPlan(bounds, tuple(plan), least + (slots - 1) * big, seconds,
+                                   plan.plain_steps, stages)
         cp.release()
         return ProgramPlan(bounds, tuple(cp), int(cp.peak_bytes), float(cp.seconds),
                            cp.plain_stages, cp.taped_stages)

@@ -356,9 +356,10 @@ class _Recorder(TorchDispatchMode):
         # (an input is saved before its op reaches the dispatcher)
         k = tr.n - 1 if tr.defined[v] == tr.n - 1 else tr.n
         tr.savers.setdefault(v, []).append(k)
-        if v not in self.saved:
-            self.saved.add(v)
-            nb = tr.group_bytes[tr.group[v]]
+        g = tr.group[v]
+        if g not in self.saved:                   # a storage counts once, whichever version
+            self.saved.add(g)
+            nb = tr.group_bytes[g]
             if k == tr.n:
                 self.pending += nb
             else:
