@@ -153,8 +153,11 @@ def test_optimizer_trains_as_the_plain_loop():
     ours = (models[0], opts[0], lambda m: loop(m, torch.zeros(B, H), xs))
     peaks = {}
     grad_bytes = sum(p.numel() * p.element_size() for p in models[0].parameters())
-    for i in range(200):
-        if i in (100, 199):     # memory is flat: the same peak, and nothing left behind but
+    # 60 steps (were 200): Adam's normalised steps show a wrong gradient from the first step on;
+    # a leak shows in `left` at either step measured, and a peak that grows with the calls made
+    # grows over the 29 between them (the peaks were the same at steps 30, 59, 100 and 199)
+    for i in range(60):
+        if i in (30, 59):       # memory is flat: the same peak, and nothing left behind but
             # the new .grad tensors (the meter cannot see zero_grad free the old ones, which were
             # allocated before it started)
             _, peaks[i], left = allocation_peak(lambda: train(*ours), net=True)
@@ -163,7 +166,7 @@ def test_optimizer_trains_as_the_plain_loop():
             train(*ours)
         train(models[1], opts[1], lambda m: plain_loop(step, m, torch.zeros(B, H), xs, T2))
     # equal up to one set of gradients (when the meter-invisible old .grad is freed varies)
-    assert abs(peaks[199] - peaks[100]) <= grad_bytes, (peaks, grad_bytes)
+    assert abs(peaks[59] - peaks[30]) <= grad_bytes, (peaks, grad_bytes)
     for p, q in zip(models[0].parameters(), models[1].parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 

@@ -19,8 +19,9 @@ import jax
 import numpy as np
 from jax import lax
 
-from .boundary import Flat, _pick, _put
+from .boundary import Flat
 from .segments import BlockFlat
+from .sizes import sweep_gradient
 
 
 #: Least share of the states-only plan's predicted time that segments must save, the time
@@ -35,36 +36,14 @@ PRICE_SEGMENTS = 6
 PRICE_REPS = 5
 
 
-def _sweep_gradient(flat: Flat, n: int, slots: int, x_wanted: bool) -> tuple[Callable, int]:
-    """``(call, plain steps)``: a call of the compiled gradient of the checkpointed sweep over
-    ``n`` (super-)steps of ``flat`` with ``slots`` stored states, on arrays of zeros (timing
-    only), and the plain (super-)steps its plan evaluates."""
-    import jax.numpy as jnp
-
-    from .forward import checkpointed
-    from .tables import revolve_tables
-    tables = revolve_tables(n, min(slots, n))
-    loop = checkpointed(flat, tables)
-    x_mask = [m and x_wanted for m in flat.x_diff]
-    zeros = lambda leaves: [np.zeros(np.shape(v), np.dtype(v.dtype)) for v in leaves]  # noqa
-    xs = [np.zeros((n,) + tuple(np.shape(v))[1:], np.dtype(v.dtype)) for v in flat.x]
-    gh = zeros(_pick(flat.h, flat.h_diff))
-    gy = [np.zeros((n,) + tuple(s.shape), np.dtype(s.dtype))
-          for s, d in zip(flat.y_shapes, flat.y_diff) if d]
-    P, h = zeros(flat.p), zeros(flat.h)
-
-    def grad(P: list, h: list, xs: list, gh: list, gy: list) -> tuple:
-        tabs = tuple(jnp.asarray(a) for a in tables.arrays())
-
-        def f(pd: list, hd: list, xd: list) -> tuple:
-            new, ys = loop(_put(P, flat.p_diff, pd), _put(h, flat.h_diff, hd),
-                           _put(xs, x_mask, xd), tabs)
-            return _pick(new, flat.h_diff), _pick(ys, flat.y_diff)
-        _, pullback = jax.vjp(f, _pick(P, flat.p_diff), _pick(h, flat.h_diff),
-                              _pick(xs, x_mask))
-        return pullback((gh, gy))
-    compiled = jax.jit(grad).lower(P, h, xs, gh, gy).compile()
-    return (lambda: compiled(P, h, xs, gh, gy)), tables.plain_steps
+def _sweep_gradient(flat: Flat, n: int, x_wanted: bool) -> Callable:
+    """A call of the compiled gradient of the checkpointed sweep over ``n`` (super-)steps of
+    ``flat`` with every state stored (:func:`.sizes.sweep_gradient`), on arrays of zeros
+    (timing only)."""
+    grad, specs, _ = sweep_gradient(flat, n, n, x_wanted)
+    args = [[np.zeros(s.shape, s.dtype) for s in group] for group in specs]
+    compiled = jax.jit(grad).lower(*args).compile()
+    return lambda: compiled(*args)
 
 
 class Prices:
@@ -97,8 +76,8 @@ def step_prices(flat: Flat, L: int, x_wanted: bool) -> tuple[Prices, Prices]:
     stencil stand-in of benchmarks/jax/segments_pay.py). Called :data:`PRICE_REPS` times,
     interleaved, on zeros; medians."""
     n = max(PRICE_SEGMENTS, -(-PRICE_STEPS // L))
-    calls = [_sweep_gradient(flat, PRICE_STEPS, PRICE_STEPS, x_wanted)[0],
-             _sweep_gradient(BlockFlat(flat, L), n, n, x_wanted)[0]]
+    calls = [_sweep_gradient(flat, PRICE_STEPS, x_wanted),
+             _sweep_gradient(BlockFlat(flat, L), n, x_wanted)]
     P = [np.zeros(np.shape(v), np.dtype(v.dtype)) for v in flat.p]
     h = [np.zeros(np.shape(v), np.dtype(v.dtype)) for v in flat.h]
     xs = [np.zeros((PRICE_STEPS,) + tuple(np.shape(v))[1:], np.dtype(v.dtype)) for v in flat.x]

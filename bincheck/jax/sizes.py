@@ -39,7 +39,7 @@ cotangents, the inputs' cotangent), which are the loop's arguments and results, 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -170,19 +170,18 @@ def measure(flat: Flat, segments: bool = False) -> Sizes:
                  segment_bytes=max(0, extra[2] - tape))
 
 
-def measure_sweep(flat: Flat, x_wanted: bool, n: int = 10, slots: int = 3) -> Sizes:
-    """Sizes of a loop of super-steps (:class:`.segments.BlockFlat`) measured whole: the
-    temporaries of a compiled gradient of the checkpointed sweep itself over ``n`` super-steps
-    with ``slots`` stored states, less those states, plus the loops' bookkeeping margin of
-    :func:`measure`. With segments, what XLA holds beside the slots depends on its own choices
-    (copies of the input window, and of the window's cotangent when the inputs are
-    differentiated: ``x_wanted``) more than a sum of parts can say (the sum overcounted by
-    0.56 MiB without, and undercounted by 0.22 MiB with the inputs differentiated, on a tanh
-    cell at H=256 in 25-step segments). Measured so, it did not depend on ``n`` or ``slots``
-    there (3 and 40 super-steps, 2 and 86 slots: equal to the byte); on states of a few
-    hundred bytes XLA's packing of scalars moved it by up to ~600 bytes between small and
-    large ``n`` (with 3 super-steps some loops are folded away, hence 10 and 3 slots), which
-    the margin covers."""
+def sweep_gradient(flat: Flat, n: int, slots: int, x_wanted: bool,
+                   loss_of_final: bool = False) -> tuple[Callable, tuple, Any]:
+    """The gradient of the checkpointed sweep over ``n`` (super-)steps of ``flat`` with
+    ``slots`` stored states (a Revolve plan), to be compiled and measured (:func:`measure_sweep`:
+    its temporaries; :func:`.prices.step_prices`: its time): ``(grad, specs, tables)``.
+    ``grad(P, h, xs, gh, gy)`` pulls the cotangents ``gh`` of the final state and ``gy`` of the
+    outputs back to the differentiated parameters, state and inputs (the inputs where
+    ``x_wanted``); ``specs`` are its arguments' shapes (``jax.ShapeDtypeStruct`` lists);
+    ``tables`` the plan's. With ``loss_of_final`` the final state's cotangent is computed from
+    the final state instead, as a loss of it does (that of ``sum(h ** 2)``; ``gh`` is unused):
+    taken as an argument, XLA held 180 KB less than beside a loss on a jax-cfd step (64 x 64,
+    the ~90 KB its budgets were exceeded by)."""
     from .forward import checkpointed
     from .tables import revolve_tables
     tables = revolve_tables(n, slots)
@@ -203,13 +202,28 @@ def measure_sweep(flat: Flat, x_wanted: bool, n: int = 10, slots: int = 3) -> Si
             return _pick(new, flat.h_diff), _pick(ys, flat.y_diff)
         out, pullback = jax.vjp(f, _pick(P, flat.p_diff), _pick(h, flat.h_diff),
                                 _pick(xs, x_mask))
-        # the final state's cotangent computed from the final state, as a loss of it does
-        # (that of sum(h ** 2)): taken as an argument, XLA held 180 KB less than beside a
-        # loss on a jax-cfd step (64 x 64, the ~90 KB its budgets were exceeded by)
-        return pullback(([2 * o for o in out[0]], gy))        # h_T a temporary, as there
+        if loss_of_final:
+            gh = [2 * o for o in out[0]]        # h_T a temporary, as beside a loss
+        return pullback((gh, gy))
+    return grad, (spec(flat.p), spec(flat.h), xs, gh, gy), tables
+
+
+def measure_sweep(flat: Flat, x_wanted: bool, n: int = 10, slots: int = 3) -> Sizes:
+    """Sizes of a loop of super-steps (:class:`.segments.BlockFlat`) measured whole: the
+    temporaries of a compiled gradient of the checkpointed sweep itself over ``n`` super-steps
+    with ``slots`` stored states, less those states, plus the loops' bookkeeping margin of
+    :func:`measure`. With segments, what XLA holds beside the slots depends on its own choices
+    (copies of the input window, and of the window's cotangent when the inputs are
+    differentiated: ``x_wanted``) more than a sum of parts can say (the sum overcounted by
+    0.56 MiB without, and undercounted by 0.22 MiB with the inputs differentiated, on a tanh
+    cell at H=256 in 25-step segments). Measured so, it did not depend on ``n`` or ``slots``
+    there (3 and 40 super-steps, 2 and 86 slots: equal to the byte); on states of a few
+    hundred bytes XLA's packing of scalars moved it by up to ~600 bytes between small and
+    large ``n`` (with 3 super-steps some loops are folded away, hence 10 and 3 slots), which
+    the margin covers."""
+    grad, (P, h, xs, gh, gy), _ = sweep_gradient(flat, n, slots, x_wanted, loss_of_final=True)
     _, pb, _, xb = flat.batch
-    temp = _temp(flat, grad, (spec(flat.p), list(pb)), (spec(flat.h), True), (xs, list(xb)),
-                 (gh, True), (gy, True))
+    temp = _temp(flat, grad, (P, list(pb)), (h, True), (xs, list(xb)), (gh, True), (gy, True))
     B = flat.batch[0]
     h_b = _lead(flat.h, True, B)
     state = nbytes(h_b)
