@@ -475,3 +475,20 @@ def test_a_second_call_with_the_same_ops_reuses_the_plan():
     model.zero_grad()
     net(x).sum().backward()                                  # its forward runs the plan
     assert_close([p.grad for p in model.parameters()], first)
+
+
+def test_checkpoint_reuses_plans_without_keeping_functions_alive():
+    import gc
+    import weakref
+    layer = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+    x = torch.randn(3, 4, requires_grad=True)
+    bt.checkpoint(layer, x, num_ckpts=2).sum().backward()
+    bt.checkpoint(layer, x, num_ckpts=2).sum().backward()
+    from bincheck.torch import networks
+    assert len(networks._cache[layer]) == 1                 # one plan cache for the module
+    bt.checkpoint(layer.forward, x, num_ckpts=2).sum().backward()   # a bound method: per object
+    assert len(networks._cache[layer]) == 2
+    gone = weakref.ref(layer)
+    del layer
+    gc.collect()
+    assert gone() is None                                   # the cache kept nothing alive

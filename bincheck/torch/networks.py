@@ -7,6 +7,7 @@ of ``segments``) and :func:`checkpoint_function`; each builds a
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any, Callable, Iterable
 
 from torch import nn
@@ -40,8 +41,25 @@ def checkpoint_function(fn: Callable, num_ckpts: int | None = None, *,
     return _configure(fn, num_ckpts, memory, verify, preserve_rng_state)
 
 
-_cache: "dict[tuple, CheckpointedFunction]" = {}
+# the plans of bt.checkpoint's functions, kept while the function (or a bound method's object)
+# lives: a training loop calling bt.checkpoint(block, x, ...) each step reuses the plan
+_cache: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 _cache_lock = threading.Lock()
+
+
+def _cached(function: Callable, f: CheckpointedFunction) -> CheckpointedFunction:
+    """``f`` with the plan book of ``function`` (the same configuration's), kept weakly."""
+    owner, key = getattr(function, "__self__", None), getattr(function, "__func__", None)
+    if owner is None or key is None:
+        owner, key = function, None
+    config = (key, f.num_ckpts, f.memory, f.verify, f.preserve_rng_state)
+    try:
+        with _cache_lock:
+            book = _cache.setdefault(owner, {}).setdefault(config, f.book)
+    except TypeError:                        # not weakly referable: no plan reuse
+        return f
+    return CheckpointedFunction(function, f.num_ckpts, f.memory, f.verify,
+                                f.preserve_rng_state, book)
 
 
 def checkpoint(function: Callable, *args: Any, num_ckpts: int | None = None,
@@ -57,15 +75,7 @@ def checkpoint(function: Callable, *args: Any, num_ckpts: int | None = None,
     if use_reentrant:
         raise ValueError("bincheck.torch.checkpoint has no reentrant variant: pass "
                          "use_reentrant=False or leave it out")
-    f = _configure(function, num_ckpts, memory, verify, preserve_rng_state)
-    key = (function, f.num_ckpts, f.memory, f.verify, f.preserve_rng_state)
-    try:
-        with _cache_lock:
-            f = _cache.setdefault(key, f)
-            if len(_cache) > 256:
-                _cache.clear()
-    except TypeError:                        # an unhashable callable: no plan reuse
-        pass
+    f = _cached(function, _configure(function, num_ckpts, memory, verify, preserve_rng_state))
     return f(*args, **kwargs)
 
 
@@ -142,4 +152,10 @@ def checkpoint_sequential(functions: Iterable[Callable] | nn.Sequential, input: 
             x = f(x)
         return x
     run.__name__ = "sequential"
-    return _configure(run, num_ckpts, memory, verify, preserve_rng_state)(input)
+    f = _configure(run, num_ckpts, memory, verify, preserve_rng_state)
+    if isinstance(functions, nn.Module):     # an nn.Sequential: its plans are reused
+        book = _cached(functions, _configure(functions, num_ckpts, memory, verify,
+                                             preserve_rng_state)).book
+        f = CheckpointedFunction(run, f.num_ckpts, f.memory, f.verify, f.preserve_rng_state,
+                                 book)
+    return f(input)

@@ -231,21 +231,32 @@ class ProgramCall:
         _last.stats = stats
 
 
+class PlanBook:
+    """The plans made for one function, by op sequence, and the one its forward expects (the
+    last call's); shared by the :func:`~.networks.checkpoint` calls of one function. It holds
+    no tensors and no reference to the function."""
+
+    __slots__ = ("plans", "expected", "lock")
+
+    def __init__(self) -> None:
+        self.plans: dict = {}
+        self.expected: ProgramPlan | None = None
+        self.lock = threading.Lock()
+
+
 class CheckpointedFunction(Configured):
     """``f(*args, **kwargs)`` returns ``fn(*args, **kwargs)``, differentiated within
     ``num_ckpts`` snapshots or ``memory`` bytes; see :func:`checkpoint`."""
 
-    _published = ("stats", "_expected", "last_plan")
+    _published = ("stats", "last_plan")
 
     def __init__(self, fn: Callable, num_ckpts: int | None, memory: int | None, verify: bool,
-                 preserve_rng_state: bool) -> None:
+                 preserve_rng_state: bool, book: "PlanBook | None" = None) -> None:
         self.fn, self.num_ckpts, self.memory = fn, num_ckpts, memory
         self.verify, self.preserve_rng_state = verify, preserve_rng_state
-        self._plans: dict = {}
-        self._lock = threading.Lock()
+        self.book = PlanBook() if book is None else book
         self._freeze()
         self.stats = ProgramStats()
-        self._expected: ProgramPlan | None = None
         self.last_plan: ProgramPlan | None = None
 
     def __repr__(self) -> str:
@@ -258,7 +269,8 @@ class CheckpointedFunction(Configured):
         if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
             return self.fn(*args, **kwargs)
         call = ProgramCall(self)
-        expected = self._expected
+        book = self.book
+        expected = book.expected
         out = call.record(args, kwargs, expected.plan0 if expected is not None else None)
         tr = call.trace
         if not any(isinstance(o, torch.Tensor) for o in tree_flatten(out)[0]):
@@ -268,21 +280,22 @@ class CheckpointedFunction(Configured):
         plan = self.plan_for(tr)
         call.stats.plan_seconds = time.perf_counter() - t0
         call.start(plan, plan is expected)
-        self._expected = self.last_plan = plan
+        book.expected = self.last_plan = plan
         return out
 
     def plan_for(self, tr: Trace) -> ProgramPlan:
         key = (tr.signature, tr.n)
-        plan = self._plans.get(key)
+        book = self.book
+        plan = book.plans.get(key)
         if plan is None:
             t0 = time.perf_counter()
             plan = self._plan(tr)
             plan.expect(tr)
             plan.plan_seconds = time.perf_counter() - t0
-            with self._lock:
-                if len(self._plans) > 64:
-                    self._plans.clear()
-                self._plans[key] = plan
+            with book.lock:
+                if len(book.plans) > 64:
+                    book.plans.clear()
+                book.plans[key] = plan
         return plan
 
     def _plan(self, tr: Trace) -> ProgramPlan:
