@@ -37,6 +37,7 @@ def least_budget(model, run) -> int:
 
 def rows_for(name, model, run, fracs):
     ref = copy.deepcopy(model)
+    ref.zero_grad(set_to_none=True)
     _, store_all = allocation_peak(lambda: run(ref).backward())
     least = least_budget(model, run)
     out = []
@@ -46,6 +47,7 @@ def rows_for(name, model, run, fracs):
             continue
         net = bt.checkpoint_module(copy.deepcopy(model), memory=budget)
         run(net).backward()                       # plans; the next call reuses the plan
+        net.zero_grad(set_to_none=True)           # the gradients are allocated in the window
         _, peak = allocation_peak(lambda: run(net).backward())
         predicted = net.last_plan.peak_bytes + net.stats.trace_bytes
         out.append(dict(workload=name, budget=("least" if f is None else f"{f:g}x store-all"),
