@@ -218,3 +218,24 @@ def test_live_sets_report(tmp_path):
     assert len(rows) == 3
     for row in rows:
         assert float(row.strip("| ").split("|")[-1]) < 0.05
+
+
+def test_ode_benchmark_smoke_run(tmp_path):
+    """python -m benchmarks.programs.ode --smoke: the stiff ODE's Newton loop runs a varying
+    number of iterations, every program's gradient agrees with plain autograd's, and each
+    program holds less than plain autograd's peak."""
+    import csv
+    out = subprocess.run([sys.executable, "-m", "benchmarks.programs.ode", "--smoke", "--rounds",
+                          "1", "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = list(csv.DictReader(open(tmp_path / "ode-smoke.csv")))
+    assert [r["strategy"] for r in rows][0] == "plain autograd" and len(rows) == 3
+    r0 = rows[0]
+    assert int(r0["newton_per_step_min"]) < int(r0["newton_per_step_max"])
+    assert int(r0["state_floats"]) >= 20
+    for r in rows[1:]:
+        assert float(r["grad_max_rel_err"]) <= 1e-10, r
+        assert float(r["peak_mib"]) < float(r0["peak_mib"]), r
+        assert int(r["taped_ops"]) == int(r["ops"]) > 0, r
+    assert (tmp_path / "ode-smoke.md").read_text().startswith("# A stiff ODE")

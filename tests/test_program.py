@@ -345,3 +345,39 @@ def test_every_budget_from_the_minimum_gets_a_plan():
     least = int(re.findall(r"(\d+) bytes in all", str(refused.value))[0])
     for memory in range(least, least + 400, 40):
         close([grad(checkpoint_program(f, memory=memory))(x)], [grad(f)(x)])
+
+
+def test_a_long_trace_whose_groups_outgrow_the_budget_is_planned_over_many_groups():
+    """300 iterations, each taping an 80 kB temporary: the DP's few dozen groups each tape more
+    than the budget, Revolve over the ops would recompute each op many times; Revolve over
+    many groups stores every group boundary (few bytes) and replays each op about once."""
+    ones = numpy.ones(1000)
+
+    def f(x):
+        for _ in range(300):
+            tmp = np.outer(x, ones)
+            x = np.tanh(x + np.sum(tmp ** 2) * 1e-6)
+        return np.sum(x)
+    x = rng.randn(10)
+    g = checkpoint_program(f, memory=4_000_000)
+    from bincheck.schedule.grouped import GroupedRevolve
+    assert isinstance(g.preview(x).actions, GroupedRevolve)
+    close([grad(g)(x)], [grad(f)(x)])
+    st = g.stats
+    assert st.ops < st.plain_ops < 2 * st.ops and st.taped_ops == st.ops
+    assert _peak(lambda: grad(g)(x)) <= 4_000_000 < _peak(lambda: grad(f)(x))
+
+
+
+def test_equal_slices_and_index_tuples_share_a_template():
+    """``z[:n]`` builds a new slice object every time: keyed by value, 50 iterations share
+    their templates instead of making one an op."""
+    def f(x):
+        for _ in range(50):
+            x = np.concatenate([np.sin(x[:3]), x[3:, ...][(slice(None),)] * 1.1])
+        return np.sum(x)
+    from bincheck.autograd.trace import record
+    tr, _ = record(f, [rng.randn(6)], lambda ls: tuple(ls))
+    assert tr.n == 50 * 6 + 1 and len(tr.templates) <= 8
+    x = rng.randn(6)
+    close([grad(checkpoint_program(f, num_ckpts=3))(x)], [grad(f)(x)])

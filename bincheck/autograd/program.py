@@ -40,6 +40,7 @@ from ..runtime.store import MemoryStore
 from ..schedule.binomial import Plan
 from ..schedule.budget import parse_bytes
 from ..schedule.chain import Chain, ChainPlan, minimum_memory
+from ..schedule.grouped import GroupedRevolve
 from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable,
                                  check_positive_int, exactly_one_budget)
 from ..tree import flatten, unflatten
@@ -60,6 +61,7 @@ SNAPSHOT_OVERHEAD_B = 1500
 VALUE_OVERHEAD_B = 200
 SWEEP_OVERHEAD_B = 64 * 1024
 PLANNING_BYTES_PER_OP = 96      # planning's per-op arrays (times, sizes, live bytes) at once
+GROUP_BYTES = 160               # grouping's arrays and bounds, per group (tracemalloc: ~100)
 # The share of the budget (after the trace) the plan may predict: the model above is calibrated
 # on small arrays, and measured peaks reached 1.007 of a budget planned to the byte (the nested
 # loop, n=80) and 1.029 (an RNN, H=256) before its tapes counted a saved input per op
@@ -207,15 +209,28 @@ class CheckpointedProgram(Configured):
                                  f"needs: its trace ({trace_bytes} bytes), its largest live set "
                                  f"and op taped alone, or planning's arrays, {need} bytes in all")
             free = int((self.memory - trace_bytes) * MODEL_SHARE)
-            revolve = self.revolve_within(chain, free)
+            # three candidates, the least predicted time wins: Revolve over the ops (always
+            # fits from the minimum up), Revolve over many groups of ops (long traces: few
+            # recomputations where boundaries are small), the DP over a few dozen groups (it
+            # may keep taped segments; refused where one of its groups does not fit)
+            found = [self.revolve_within(chain, free)]
+            # its group arrays and bounds (about GROUP_BYTES a group) share the tables' room
+            room = (free - planning) // 2 // GROUP_BYTES
+            groups = GroupedRevolve.best(chain, free, largest=room) if room >= 64 else None
+            if groups is not None:
+                found.append(ProgramPlan(groups, groups.stages, groups.peak_bytes,
+                                         groups.seconds, groups.plain_stages,
+                                         groups.taped_stages))
             try:
                 # planning holds the trace and the planner's tables: they share the budget
                 cp = ChainPlan(chain, memory=free, table_budget=(free - planning) // 2)
             except ValueError:
-                # the groups the tables allow do not fit: Revolve over the ops (it does)
-                return revolve
-            if revolve is not None and revolve.seconds < cp.seconds:
-                return revolve
+                pass
+            else:
+                cp.release()
+                found.append(ProgramPlan(cp, cp.stages, cp.peak_bytes, cp.seconds,
+                                         cp.plain_stages, cp.taped_stages))
+            return min((p for p in found if p is not None), key=lambda p: p.seconds)
         cp.release()
         return ProgramPlan(cp, cp.stages, cp.peak_bytes, cp.seconds, cp.plain_stages,
                            cp.taped_stages)

@@ -64,18 +64,27 @@ def value_nbytes(v: Any) -> int:
 
 
 _NO_KW: dict = {}                      # shared by the templates without keyword arguments
-_SCALARS = (bool, int, float, complex, str, type(None), np.generic)
+_SCALARS = (bool, int, float, complex, str, type(None), type(Ellipsis), np.generic)
 
 
 def _const_key(a: Any) -> Any:
     """What identifies a constant argument in a template key: numbers, strings and numpy
     scalars by value and type (so repeated code shares templates whatever objects hold the
-    same constant), tuples of them likewise, anything else (arrays) by identity."""
+    same constant; a float zero by its sign too), slices and tuples of them (indices such as
+    ``z[:n]``, ``x[1:, None]``) likewise, anything else (arrays) by identity."""
     if isinstance(a, _SCALARS):
-        return (type(a), a.tobytes() if isinstance(a, np.generic) else a)
-    if type(a) is tuple and all(isinstance(x, _SCALARS) for x in a):
-        return (tuple, tuple(_const_key(x) for x in a))
-    return (id(a),)
+        if isinstance(a, np.generic):
+            return (type(a), a.tobytes())
+        return (type(a), a, repr(a)) if type(a) is float and a == 0.0 else (type(a), a)
+    if type(a) is slice:
+        keys = (_const_key(a.start), _const_key(a.stop), _const_key(a.step))
+    elif type(a) is tuple:
+        keys = tuple(_const_key(x) for x in a)
+    else:
+        return (id(a),)
+    if any(len(k) == 1 for k in keys):          # an element known by identity: the whole too
+        return (id(a),)
+    return (type(a), keys)
 
 
 class Trace:

@@ -115,6 +115,7 @@ def chain_cost(chain: Chain, actions: Iterator[Action]) -> "ChainCost":
     cuts, tape = chain.cuts.tolist(), chain.tape.tolist()
     plain, taped = chain.plain.tolist(), chain.taped.tolist()
     stored: set = set()
+    stored_bytes = 0                           # sum of the stored cuts, kept as they change
     plain_s = taped_s = 0.0
     held = peak = chain.work
     live = 0
@@ -124,7 +125,7 @@ def chain_cost(chain: Chain, actions: Iterator[Action]) -> "ChainCost":
     for action in actions:
         tracker.apply(action)
         kind = type(action)
-        base = chain.work + sum(cuts[c] for c in stored)
+        base = chain.work + stored_bytes
         if kind is Advance:
             for k in range(action.start, action.stop):
                 held = base + (0 if k in stored else cuts[k]) + cuts[k + 1]
@@ -136,12 +137,16 @@ def chain_cost(chain: Chain, actions: Iterator[Action]) -> "ChainCost":
             taped_s += sum(taped[action.start:action.stop])
             live = None
         elif kind is Snapshot:
-            stored.add(action.index)
+            if action.index not in stored:
+                stored.add(action.index)
+                stored_bytes += cuts[action.index]
         elif kind is Restore:
             live = action.index
         elif kind is Free:
-            stored.discard(action.index)
-        peak = max(peak, chain.work + sum(cuts[c] for c in stored) + live_bytes())
+            if action.index in stored:
+                stored.discard(action.index)
+                stored_bytes -= cuts[action.index]
+        peak = max(peak, chain.work + stored_bytes + live_bytes())
     tracker.finish()
     return ChainCost(plain_s, taped_s, tracker.plain_steps, tracker.taped_steps, peak,
                      tracker.peak_checkpoints)
