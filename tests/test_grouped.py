@@ -44,3 +44,17 @@ def test_less_memory_means_more_recomputation_and_too_little_is_refused():
     assert GroupedRevolve.best(chain, 20_000) is None
     with pytest.raises(ValueError, match="does not hold one of 8 groups"):
         GroupedRevolve(chain, 20_000, 8)
+
+
+def test_a_pause_recorded_in_one_stage_does_not_move_boundaries_onto_large_cuts():
+    """Per-op times are measured: one op that took 500x its peers (a pause) gathers several
+    equal-time targets around it; the boundaries there must still land on small cuts."""
+    n = 1200
+    cuts = numpy.tile([2000, 80000, 80000, 2000, 2000, 2000], n // 6 + 1)[:n + 1]
+    plain = numpy.full(n, 1e-5)
+    plain[603] = 5e-3           # the targets it gathers end at cut 603 + 1 + 1200 // 256 = 608
+    chain = Chain(plain, 3 * plain, numpy.full(n, 1000), cuts, 0)
+    from bincheck.schedule.chain import group
+    bounds = group(chain, 128)
+    assert max(cuts[b] for b in bounds) == 2000
+    assert len(bounds) > 64                       # elsewhere the groups are as asked

@@ -373,8 +373,13 @@ def group(chain: Chain, stages: int) -> list[int]:
         lo, hi = max(bounds[-1] + 1, target - width), min(n - 1, target + width)
         if lo > hi:
             continue
-        window = chain.cuts[lo:hi + 1]
-        bounds.append(lo + int(np.argmin(window)))
+        best = lo + int(np.argmin(chain.cuts[lo:hi + 1]))
+        # a window cut short by the previous boundary (a pause recorded in one stage gathers
+        # targets) may have lost its small cuts: skip it rather than cut where bytes are live
+        if lo > target - width and \
+                chain.cuts[best] > chain.cuts[max(0, target - width):hi + 1].min():
+            continue
+        bounds.append(best)
     bounds.append(n)
     return sorted(set(bounds))
 
