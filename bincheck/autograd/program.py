@@ -183,15 +183,19 @@ class CheckpointedProgram(Configured):
         cuts = tr.cut_bytes(VALUE_OVERHEAD_B)
         seconds = np.frombuffer(tr.seconds, dtype=np.float64)
         out_bytes = np.frombuffer(tr.out_bytes, dtype=np.int64)
-        # the working set: the cotangents at the adjoint's cut (as large as a live set) and
-        # one op's result's cotangent inside a segment
         # the working set of a reverse: the cotangents at the adjoint's cut and the live state
         # (two live sets), an op's result, its cotangent and the cotangent it pulls back (three
-        # results), the inputs' cotangents (summed in place), the sweep's own objects
+        # results), the inputs' cotangents (summed in place), the sweep's own objects; and,
+        # for segments of several ops, what they pull back to every input at once while
+        # it is added in (an RNN step reaches W and U: 5.38 MiB of a 5.26 MiB budget without
+        # it, benchmark (b) at binomial's peak for 50 snapshots, one run).
+        # One op at a time stays within the model without it (measured: 0.88 of the budget
+        # at binomial's peak for 10 snapshots, benchmarks/programs/results/rnn-quick.md)
         inputs = sum(value_nbytes(v) for v in self_inputs if boxable(v))
         work = 2 * int(cuts.max()) + 3 * int(out_bytes.max()) + inputs + SWEEP_OVERHEAD_B
-        chain = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S, 2 * out_bytes + TAPED_OVERHEAD_B,
-                      cuts + SNAPSHOT_OVERHEAD_B, work)
+        single = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S,
+                       2 * out_bytes + TAPED_OVERHEAD_B, cuts + SNAPSHOT_OVERHEAD_B, work)
+        chain = Chain(single.plain, single.taped, single.tape, single.cuts, work + inputs)
         if self.memory is None:
             if n > 64:                          # Revolve over the ops, streamed
                 plan = Plan(n, self.num_ckpts)
@@ -202,7 +206,7 @@ class CheckpointedProgram(Configured):
             planning = PLANNING_BYTES_PER_OP * n      # the per-op arrays planning builds
             # what Revolve over the ops with one snapshot needs (always a plan from there up)
             big, tape = int(chain.cuts.max()), int(chain.tape.max())
-            need = int(max(minimum_memory(chain), chain.work + 3 * big + tape, planning) /
+            need = int(max(minimum_memory(single), single.work + 3 * big + tape, planning) /
                        MODEL_SHARE) + trace_bytes
             if self.memory < need:
                 raise ValueError(f"memory={self.memory} bytes is below the least this program "
@@ -213,7 +217,7 @@ class CheckpointedProgram(Configured):
             # fits from the minimum up), Revolve over many groups of ops (long traces: few
             # recomputations where boundaries are small), the DP over a few dozen groups (it
             # may keep taped segments; refused where one of its groups does not fit)
-            found = [self.revolve_within(chain, free)]
+            found = [self.revolve_within(single, free)]      # one op taped at a time
             # its group arrays and bounds (about GROUP_BYTES a group) share the tables' room
             room = (free - planning) // 2 // GROUP_BYTES
             groups = GroupedRevolve.best(chain, free, largest=room) if room >= 64 else None
