@@ -239,3 +239,18 @@ def test_ode_benchmark_smoke_run(tmp_path):
         assert float(r["peak_mib"]) < float(r0["peak_mib"]), r
         assert int(r["taped_ops"]) == int(r["ops"]) > 0, r
     assert (tmp_path / "ode-smoke.md").read_text().startswith("# A stiff ODE")
+
+
+def test_programs_benchmark_skips_store_all_where_its_tape_would_not_fit(monkeypatch):
+    """--full goes to n = 10^5: plain autograd runs only while its peak, predicted linearly
+    from the last n measured, fits in a share of the free RAM; above 10^4 only it and the
+    program with num_ckpts run, the gradient checked against outer binomial's where plain
+    autograd did not run."""
+    from benchmarks.programs import __main__ as bench
+    monkeypatch.setattr(bench, "available_bytes", lambda: 2 ** 20)      # 1 MiB free
+    monkeypatch.setattr(bench, "BIG_N", 30)                             # n=40 as n > 10^4
+    rows = bench.measure([20, 40], 1, log=lambda s: None)
+    assert {r["strategy"] for r in rows if r["n"] == 20} == set(bench.STRATEGIES)
+    assert [r["strategy"] for r in rows if r["n"] == 40] == ["program s"]
+    assert all(r["grad_max_rel_err"] <= 1e-10 for r in rows)
+    assert all(r["trace_mib"] > 0 for r in rows if r["strategy"].startswith("program"))
