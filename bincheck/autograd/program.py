@@ -180,6 +180,9 @@ class CheckpointedProgram(Configured):
         n = tr.n
         if n == 0:
             return ProgramPlan((), 0, 0, None, 0, 0)
+        if self.memory is None and n > 64:      # Revolve over the ops, streamed: no per-op
+            plan = Plan(n, self.num_ckpts)      # arrays (they would grow with the trace)
+            return ProgramPlan(plan, n, 0, None, plan.plain_steps, n)
         cuts = tr.cut_bytes(VALUE_OVERHEAD_B)
         seconds = np.frombuffer(tr.seconds, dtype=np.float64)
         out_bytes = np.frombuffer(tr.out_bytes, dtype=np.int64)
@@ -197,9 +200,6 @@ class CheckpointedProgram(Configured):
                        2 * out_bytes + TAPED_OVERHEAD_B, cuts + SNAPSHOT_OVERHEAD_B, work)
         chain = Chain(single.plain, single.taped, single.tape, single.cuts, work + inputs)
         if self.memory is None:
-            if n > 64:                          # Revolve over the ops, streamed
-                plan = Plan(n, self.num_ckpts)
-                return ProgramPlan(plan, n, 0, None, plan.plain_steps, n)
             cp = ChainPlan(chain, num_ckpts=self.num_ckpts)
         else:
             trace_bytes = tr.nbytes
