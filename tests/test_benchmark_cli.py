@@ -282,3 +282,39 @@ def test_program_benchmark_bincheck_rows_plug_in(monkeypatch):
                          load_start="0", load_end="0", compile="left out", bincheck="present"),
                     rows)
     assert "| a | unet |" in text and "| c | rnn |" in text and "| d | unet |" in text
+
+
+def test_ode_benchmark_smoke_run(tmp_path):
+    """python -m benchmarks.programs.ode --smoke: the stiff ODE's Newton loop runs a varying
+    number of iterations, every program's gradient agrees with plain autograd's, and each
+    program holds less than plain autograd's peak."""
+    import csv
+    out = subprocess.run([sys.executable, "-m", "benchmarks.programs.ode", "--smoke", "--rounds",
+                          "1", "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = list(csv.DictReader(open(tmp_path / "ode-smoke.csv")))
+    assert [r["strategy"] for r in rows][0] == "plain autograd" and len(rows) == 3
+    r0 = rows[0]
+    assert int(r0["newton_per_step_min"]) < int(r0["newton_per_step_max"])
+    assert int(r0["state_floats"]) >= 20
+    for r in rows[1:]:
+        assert float(r["grad_max_rel_err"]) <= 1e-10, r
+        assert float(r["peak_mib"]) < float(r0["peak_mib"]), r
+        assert int(r["taped_ops"]) == int(r["ops"]) > 0, r
+    assert (tmp_path / "ode-smoke.md").read_text().startswith("# A stiff ODE")
+
+
+def test_programs_benchmark_skips_store_all_where_its_tape_would_not_fit(monkeypatch):
+    """--full goes to n = 10^5: plain autograd runs only while its peak, predicted linearly
+    from the last n measured, fits in a share of the free RAM; above 10^4 only it and the
+    program with num_ckpts run, the gradient checked against outer binomial's where plain
+    autograd did not run."""
+    from benchmarks.programs import __main__ as bench
+    monkeypatch.setattr(bench, "available_bytes", lambda: 2 ** 20)      # 1 MiB free
+    monkeypatch.setattr(bench, "BIG_N", 30)                             # n=40 as n > 10^4
+    rows = bench.measure([20, 40], 1, log=lambda s: None)
+    assert {r["strategy"] for r in rows if r["n"] == 20} == set(bench.STRATEGIES)
+    assert [r["strategy"] for r in rows if r["n"] == 40] == ["program s"]
+    assert all(r["grad_max_rel_err"] <= 1e-10 for r in rows)
+    assert all(r["trace_mib"] > 0 for r in rows if r["strategy"].startswith("program"))

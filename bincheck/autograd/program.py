@@ -40,6 +40,7 @@ from ..runtime.store import MemoryStore
 from ..schedule.binomial import Plan
 from ..schedule.budget import parse_bytes
 from ..schedule.chain import Chain, ChainPlan, minimum_memory
+from ..schedule.grouped import GroupedRevolve
 from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable,
                                  check_positive_int, exactly_one_budget)
 from ..tree import flatten, unflatten
@@ -60,6 +61,7 @@ SNAPSHOT_OVERHEAD_B = 1500
 VALUE_OVERHEAD_B = 200
 SWEEP_OVERHEAD_B = 64 * 1024
 PLANNING_BYTES_PER_OP = 96      # planning's per-op arrays (times, sizes, live bytes) at once
+GROUP_BYTES = 160               # grouping's arrays and bounds, per group (tracemalloc: ~100)
 # The share of the budget (after the trace) the plan may predict: the model above is calibrated
 # on small arrays, and measured peaks reached 1.007 of a budget planned to the byte (the nested
 # loop, n=80) and 1.029 (an RNN, H=256) before its tapes counted a saved input per op
@@ -178,44 +180,61 @@ class CheckpointedProgram(Configured):
         n = tr.n
         if n == 0:
             return ProgramPlan((), 0, 0, None, 0, 0)
+        if self.memory is None and n > 64:      # Revolve over the ops, streamed: no per-op
+            plan = Plan(n, self.num_ckpts)      # arrays (they would grow with the trace)
+            return ProgramPlan(plan, n, 0, None, plan.plain_steps, n)
         cuts = tr.cut_bytes(VALUE_OVERHEAD_B)
         seconds = np.frombuffer(tr.seconds, dtype=np.float64)
         out_bytes = np.frombuffer(tr.out_bytes, dtype=np.int64)
-        # the working set: the cotangents at the adjoint's cut (as large as a live set) and
-        # one op's result's cotangent inside a segment
         # the working set of a reverse: the cotangents at the adjoint's cut and the live state
         # (two live sets), an op's result, its cotangent and the cotangent it pulls back (three
-        # results), the inputs' cotangents (summed in place), the sweep's own objects
+        # results), the inputs' cotangents (summed in place), the sweep's own objects; and,
+        # for segments of several ops, what they pull back to every input at once while
+        # it is added in (an RNN step reaches W and U: 5.38 MiB of a 5.26 MiB budget without
+        # it, benchmark (b) at binomial's peak for 50 snapshots, one run).
+        # One op at a time stays within the model without it (measured: 0.88 of the budget
+        # at binomial's peak for 10 snapshots, benchmarks/programs/results/rnn-quick.md)
         inputs = sum(value_nbytes(v) for v in self_inputs if boxable(v))
         work = 2 * int(cuts.max()) + 3 * int(out_bytes.max()) + inputs + SWEEP_OVERHEAD_B
-        chain = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S, 2 * out_bytes + TAPED_OVERHEAD_B,
-                      cuts + SNAPSHOT_OVERHEAD_B, work)
+        single = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S,
+                       2 * out_bytes + TAPED_OVERHEAD_B, cuts + SNAPSHOT_OVERHEAD_B, work)
+        chain = Chain(single.plain, single.taped, single.tape, single.cuts, work + inputs)
         if self.memory is None:
-            if n > 64:                          # Revolve over the ops, streamed
-                plan = Plan(n, self.num_ckpts)
-                return ProgramPlan(plan, n, 0, None, plan.plain_steps, n)
             cp = ChainPlan(chain, num_ckpts=self.num_ckpts)
         else:
             trace_bytes = tr.nbytes
             planning = PLANNING_BYTES_PER_OP * n      # the per-op arrays planning builds
             # what Revolve over the ops with one snapshot needs (always a plan from there up)
             big, tape = int(chain.cuts.max()), int(chain.tape.max())
-            need = int(max(minimum_memory(chain), chain.work + 3 * big + tape, planning) /
+            need = int(max(minimum_memory(single), single.work + 3 * big + tape, planning) /
                        MODEL_SHARE) + trace_bytes
             if self.memory < need:
                 raise ValueError(f"memory={self.memory} bytes is below the least this program "
                                  f"needs: its trace ({trace_bytes} bytes), its largest live set "
                                  f"and op taped alone, or planning's arrays, {need} bytes in all")
             free = int((self.memory - trace_bytes) * MODEL_SHARE)
-            revolve = self.revolve_within(chain, free)
+            # three candidates, the least predicted time wins: Revolve over the ops (always
+            # fits from the minimum up), Revolve over many groups of ops (long traces: few
+            # recomputations where boundaries are small), the DP over a few dozen groups (it
+            # may keep taped segments; refused where one of its groups does not fit)
+            found = [self.revolve_within(single, free)]      # one op taped at a time
+            # its group arrays and bounds (about GROUP_BYTES a group) share the tables' room
+            room = (free - planning) // 2 // GROUP_BYTES
+            groups = GroupedRevolve.best(chain, free, largest=room) if room >= 64 else None
+            if groups is not None:
+                found.append(ProgramPlan(groups, groups.stages, groups.peak_bytes,
+                                         groups.seconds, groups.plain_stages,
+                                         groups.taped_stages))
             try:
                 # planning holds the trace and the planner's tables: they share the budget
                 cp = ChainPlan(chain, memory=free, table_budget=(free - planning) // 2)
             except ValueError:
-                # the groups the tables allow do not fit: Revolve over the ops (it does)
-                return revolve
-            if revolve is not None and revolve.seconds < cp.seconds:
-                return revolve
+                pass
+            else:
+                cp.release()
+                found.append(ProgramPlan(cp, cp.stages, cp.peak_bytes, cp.seconds,
+                                         cp.plain_stages, cp.taped_stages))
+            return min((p for p in found if p is not None), key=lambda p: p.seconds)
         cp.release()
         return ProgramPlan(cp, cp.stages, cp.peak_bytes, cp.seconds, cp.plain_stages,
                            cp.taped_stages)

@@ -18,6 +18,7 @@ from autograd.tracer import isbox, new_box, toposort, trace_stack
 
 from ..runtime.errors import NondeterministicStepError
 from ..runtime.stats import ProgramStats
+from .constants import build
 from .trace import Trace, boxable, fingerprint, value_nbytes
 
 
@@ -37,11 +38,15 @@ class Replay:
 
     def _args(self, k: int, get: Callable[[int], Any]) -> tuple:
         tr = self.trace
-        fun, argnums, template, kwargs = tr.templates[tr.tmpl[k]]
+        fun, argnums, template, kwargs, col = tr.templates[tr.tmpl[k]]
         args = list(template)
-        s0 = tr.start[k]
+        s0, parents = tr.start[k], tr.parents
         for j, argnum in enumerate(argnums):
-            args[argnum] = get(tr.parents[s0 + j])
+            args[argnum] = get(parents[s0 + j])
+        if col is not None:                     # constants whose numbers are in the column
+            values = iter(col[0].unpack_from(parents, 4 * (s0 + len(argnums))))
+            for i, spec in col[1]:
+                args[i] = build(spec, values)
         return fun, args, kwargs
 
     def _check(self, k: int, value: Any) -> None:
@@ -57,7 +62,8 @@ class Replay:
     def advance(self, env: dict, start: int, stop: int) -> dict:
         t0 = time.perf_counter()
         tr, inputs = self.trace, self.inputs
-        n_in, last, parents, start_of, n = tr.n_in, tr.last, tr.parents, tr.start, tr.n
+        n_in, last, parents, start_of, tmpl, arity = tr.n_in, tr.last, tr.parents, tr.start, \
+            tr.tmpl, tr.arity
         env = dict(env)
         get = lambda p: inputs[p] if p < n_in else env[p]  # noqa: E731
         for k in range(start, stop):
@@ -66,7 +72,8 @@ class Replay:
             self._check(k, value)
             if last[n_in + k] > k:
                 env[n_in + k] = value
-            for j in range(start_of[k], start_of[k + 1] if k + 1 < n else len(parents)):
+            s0 = start_of[k]
+            for j in range(s0, s0 + arity[tmpl[k]]):
                 p = parents[j]
                 if p >= n_in and last[p] == k:
                     env.pop(p, None)

@@ -9,7 +9,8 @@ positions of its traced arguments, its constant arguments by reference, its keyw
 repeated code shares templates) and its parents' value ids, in typed arrays:
 
 * ``tmpl``: the op's template, 4 bytes; ``parents``: its traced arguments' value ids, 4 bytes
-  each, found from ``start[k]`` (4 bytes an op);
+  each, found from ``start[k]`` (4 bytes an op), then the numbers of its constants that its
+  template leaves open (``xs[t]``'s index: one template for every ``t``; :mod:`.constants`);
 * ``last``: each value's last use (the op index, ``n`` for the program's outputs, -1 never),
   4 bytes a value, and the live bytes at every cut (the chain's ``cuts``).
 
@@ -30,6 +31,8 @@ from autograd.core import VJPNode
 from autograd.tracer import Node, isbox, new_box, notrace_primitives, trace_stack
 
 from ..tree import flatten
+from .constants import THRESHOLD, column, shape_of
+from .constants import bases as spec_bases
 
 
 class ClosureError(ValueError):
@@ -64,34 +67,45 @@ def value_nbytes(v: Any) -> int:
 
 
 _NO_KW: dict = {}                      # shared by the templates without keyword arguments
-_SCALARS = (bool, int, float, complex, str, type(None), np.generic)
+_SCALARS = (bool, int, float, complex, str, type(None), type(Ellipsis), np.generic)
 
 
 def _const_key(a: Any) -> Any:
     """What identifies a constant argument in a template key: numbers, strings and numpy
     scalars by value and type (so repeated code shares templates whatever objects hold the
-    same constant), tuples of them likewise, anything else (arrays) by identity."""
+    same constant; a float zero by its sign too), slices and tuples of them (indices such as
+    ``z[:n]``, ``x[1:, None]``) likewise, anything else (arrays) by identity."""
     if isinstance(a, _SCALARS):
-        return (type(a), a.tobytes() if isinstance(a, np.generic) else a)
-    if type(a) is tuple and all(isinstance(x, _SCALARS) for x in a):
-        return (tuple, tuple(_const_key(x) for x in a))
-    return (id(a),)
+        if isinstance(a, np.generic):
+            return (type(a), a.tobytes())
+        return (type(a), a, repr(a)) if type(a) is float and a == 0.0 else (type(a), a)
+    if type(a) is slice:
+        keys = (_const_key(a.start), _const_key(a.stop), _const_key(a.step))
+    elif type(a) is tuple:
+        keys = tuple(_const_key(x) for x in a)
+    else:
+        return (id(a),)
+    if any(len(k) == 1 for k in keys):          # an element known by identity: the whole too
+        return (id(a),)
+    return (type(a), keys)
 
 
 class Trace:
     """The recorded ops of one call (see the module docstring)."""
 
-    __slots__ = ("n_in", "templates", "_keys", "tmpl", "parents", "start", "out_bytes",
+    __slots__ = ("n_in", "templates", "_keys", "tmpl", "parents", "start", "arity", "out_bytes",
                  "seconds", "last", "outputs", "consts_bytes", "_t", "diff", "prints")
 
     def __init__(self, n_in: int) -> None:
         self.n_in = n_in
-        self.templates: list[tuple] = []       # (fun, argnums, args with None for traced, kwargs)
+        # (fun, argnums, args with None for traced and open places, kwargs, column or None)
+        self.templates: list[tuple] = []
         self._keys: dict = {}
         self.tmpl, self.parents, self.start = array("I"), array("i"), array("I")
         self.out_bytes = array("q")            # per op: its result's bytes (for the plan)
         self.seconds = array("d")              # per op: time since the previous op recorded
         self.last = array("i")
+        self.arity: list[int] = []
         self.outputs: list[int] = []
         self.consts_bytes = 0
         self.diff = array("b")                 # per op: its result is differentiable
@@ -114,31 +128,64 @@ class Trace:
                     f"the program reaches a value that is being differentiated (shape "
                     f"{np.shape(a._value)}) without receiving it as an argument: its gradient "
                     f"would be lost. Pass it to the checkpointed function as an argument")
-        key = (fun, argnums, tuple((i, _const_key(a)) for i, a in consts),
-               tuple((k, _const_key(v)) for k, v in kwargs.items()))
+        kw_key = tuple((k, _const_key(v)) for k, v in kwargs.items())
+        key = (fun, argnums, tuple((i, _const_key(a)) for i, a in consts), kw_key)
         index = self._keys.get(key)
+        words = b""
         if index is None:
-            index = self._keys[key] = len(self.templates)
-            template = tuple(None if i in argnums else a for i, a in enumerate(args))
-            self.templates.append((fun, argnums, template, dict(kwargs) if kwargs else _NO_KW))
+            index, words = self._new_template(key, fun, args, kwargs, argnums, consts, kw_key)
         self.tmpl.append(index)
         self.start.append(len(self.parents))
         self.parents.extend(parent_ids)
+        if words:
+            self.parents.frombytes(words)
         self.out_bytes.append(value_nbytes(value))
         self.diff.append(boxable(value))
         if self.prints is not None:
             self.prints[self.n - 1] = fingerprint(value)
         return self.n_in + self.n - 1
 
+    def _new_template(self, key: tuple, fun: Callable, args: tuple, kwargs: dict,
+                      argnums: tuple, consts: list, kw_key: tuple) -> tuple[int, bytes]:
+        """The template of an op whose key is new, and the words its numbers take in the
+        column: a template of its own while its shape (its constants with their numbers taken
+        out) has had fewer than THRESHOLD, else the shape's template with its numbers open
+        (:mod:`.constants`)."""
+        shapes = [(i, shape_of(a, _const_key)) for i, a in consts]
+        if consts and all(sh is not None for _, sh in shapes):
+            shape_key = ("shape", fun, argnums, tuple((i, sh[0]) for i, sh in shapes), kw_key)
+            seen = self._keys.get(shape_key, 0)
+            if type(seen) is tuple:                  # the column's template exists
+                index, packer = seen
+                return index, packer.pack(*(v for _, sh in shapes for v in sh[3]))
+            if seen >= THRESHOLD:
+                places = [(i, sh[1], sh[2]) for i, sh in shapes if sh[2]]
+                col = column(places)
+                index = len(self.templates)
+                template = tuple(None if i in argnums else a for i, a in enumerate(args))
+                open_ = {i for i, _, _ in places}
+                template = tuple(None if i in open_ else a for i, a in enumerate(template))
+                self.templates.append((fun, argnums, template,
+                                       dict(kwargs) if kwargs else _NO_KW, col))
+                self._keys[shape_key] = (index, col[0])
+                return index, col[0].pack(*(v for _, sh in shapes for v in sh[3]))
+            self._keys[shape_key] = seen + 1
+        index = self._keys[key] = len(self.templates)
+        template = tuple(None if i in argnums else a for i, a in enumerate(args))
+        self.templates.append((fun, argnums, template, dict(kwargs) if kwargs else _NO_KW,
+                               None))
+        return index, b""
+
     def finish(self, outputs: list[int]) -> None:
         """The program's output value ids: compute every value's last use."""
         n, n_in = self.n, self.n_in
         self.outputs = outputs
         last = array("i", [-1]) * (n_in + n)
-        parents, start = self.parents, self.start
+        parents, start, tmpl = self.parents, self.start, self.tmpl
+        self.arity = arity = [len(t[1]) for t in self.templates]    # parents per template
         for k in range(n):
-            stop = start[k + 1] if k + 1 < n else len(parents)
-            for p in parents[start[k]:stop]:
+            s0 = start[k]
+            for p in parents[s0:s0 + arity[tmpl[k]]]:
                 last[p] = k
         for o in outputs:
             last[o] = n
@@ -149,13 +196,16 @@ class Trace:
     def _owned_constants(self) -> int:
         """Bytes of the constant arrays only the trace keeps alive (a dropout mask drawn in
         ``f``), by their base array; a constant the caller holds too (a closed-over input
-        array, or views of it) costs the trace nothing. Counted by references: a base whose
+        array, or views of it) costs the trace only its views' headers. Counted by
+        references: a base whose
         reference count exceeds the trace's own references to it and its views is held
         elsewhere."""
         bases: dict = {}
         views: dict = {}
-        for _, _, template, kwargs in self.templates:
-            for a in (*template, *kwargs.values()):
+        for _, _, template, kwargs, col in self.templates:
+            held = (*template, *kwargs.values(),
+                    *(b for _, spec in (col[1] if col else ()) for b in spec_bases(spec)))
+            for a in held:
                 if not isinstance(a, np.ndarray):
                     continue
                 base = a
@@ -167,7 +217,8 @@ class Trace:
         for v in views.values():                      # each view refers to its own base
             if id(v.base) in bases:
                 bases[id(v.base)][1] += 1
-        total = 0
+        # the views' own headers (a view per op of xs[t] before the column takes over)
+        total = sum(sys.getsizeof(v) for v in views.values())
         for base, refs in bases.values():
             # getrefcount's argument, this loop's name, the dict's list: three more
             if sys.getrefcount(base) - 3 <= refs:
@@ -188,16 +239,18 @@ class Trace:
         return np.cumsum(diff[:n + 1])
 
     def parents_of(self, k: int) -> Any:
-        stop = self.start[k + 1] if k + 1 < self.n else len(self.parents)
-        return self.parents[self.start[k]:stop]
+        s0 = self.start[k]
+        return self.parents[s0:s0 + self.arity[self.tmpl[k]]]
 
     @property
     def nbytes(self) -> int:
         """What the trace holds: its arrays and the constants its templates keep."""
         arrays = (self.tmpl, self.parents, self.start, self.last, self.diff)
         return sum(a.itemsize * len(a) for a in arrays) + self.consts_bytes + \
-            sum(sys.getsizeof(t) + sys.getsizeof(t[2]) + sys.getsizeof(t[3]) + 8
-                for t in self.templates) + sys.getsizeof(self.templates)
+            sum(sys.getsizeof(t) + sys.getsizeof(t[2]) + sys.getsizeof(t[3]) + 8 +
+                (sys.getsizeof(t[4][0]) + 64 * len(t[4][1]) if t[4] else 0)
+                for t in self.templates) + sys.getsizeof(self.templates) + \
+            sys.getsizeof(self.arity)
 
     def release_plan_columns(self) -> None:
         """Drop what only the planner needed (per-op bytes and times)."""

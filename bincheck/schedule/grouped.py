@@ -1,0 +1,91 @@
+"""Revolve over groups of a long chain's stages: the plan for traces too long for the DP.
+
+:class:`~.chain.ChainPlan` solves its DP over at most a few dozen stages (its tables grow as
+``stages**2``), so on a long trace each of its groups is long, and a group's tape can exceed the
+whole budget (a thousand implicit-Euler steps whose Newton iterations tape dense Jacobians: 1.5 GB
+of tapes against a 20 MB budget). :class:`GroupedRevolve` instead cuts the chain into many groups
+of about equal plain time, each boundary moved to a cut with few live bytes (:func:`~.chain.
+group`), and runs Revolve's binomial schedule over the groups with as many snapshots as the
+budget holds at the largest boundary's size: one group taped at a time. Among group counts that
+are powers of two, it keeps the one with the least predicted time. Planning costs the grouping and
+one pass over Revolve's actions, never a table.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from .actions import Action, Advance, Reverse, Snapshot
+from .binomial import Plan
+from .chain import Chain, group, grouped
+
+
+class GroupedRevolve:
+    """Revolve over ``len(bounds) - 1`` groups of ``chain``'s stages within ``memory`` bytes, or
+    :meth:`best` of several group counts. Iterate it for the actions (in stage indices);
+    ``seconds``, ``peak_bytes``, ``plain_stages`` and ``taped_stages`` (stage evaluations) are
+    its predictions: the peak bounded as Revolve holds it, the time from the groups' mean."""
+
+    def __init__(self, chain: Chain, memory: int, groups: int) -> None:
+        self.bounds = bounds = group(chain, groups)
+        coarse = grouped(chain, bounds)
+        g, big, tape = coarse.n, int(coarse.cuts.max()), int(coarse.tape.max())
+        # Revolve holds its snapshots (cut 0 included), the live cut and the next one while it
+        # advances, and one group's tape
+        room = memory - coarse.work - 2 * big - tape
+        slots = int(min(g, room // big if big else g))
+        if room < 0 or slots < 1:
+            raise ValueError(f"memory={memory} bytes does not hold one of {g} groups taped alone")
+        self.plan = Plan(g, slots)
+        # priced by that bound and the groups' mean time (:func:`~.chain.group` balances them):
+        # no per-stage table, so planning holds only the groups' arrays
+        self.peak_bytes = coarse.work + (slots + 2) * big + tape
+        self.seconds = self.plan.plain_steps * float(coarse.plain.mean()) + \
+            float(coarse.taped.sum())
+        self.slots, self.stages, self.seq_len = slots, g, chain.n
+        plain = 0
+        for action in self.plan:                 # stage evaluations: exact, streamed
+            if type(action) is Advance:
+                plain += bounds[action.stop] - bounds[action.start]
+        taped = chain.n
+        self.plain_stages, self.taped_stages = plain, taped
+
+    @classmethod
+    def best(cls, chain: Chain, memory: int, smallest: int = 64,
+             largest: int = 4096) -> "GroupedRevolve | None":
+        """The plan of least predicted time (of least peak among those within 1 % of it) over
+        group counts ``smallest, 2 * smallest, ...`` up to ``largest`` (and the chain's own
+        stages where fewer); None if none fits."""
+        found = None
+        g = smallest
+        while True:
+            count = min(g, chain.n)
+            try:
+                plan = cls(chain, memory, count)
+            except ValueError:
+                plan = None
+            # the least time; within 1 % of it, the least memory (fewer bytes, same work)
+            if plan is not None and (found is None or plan.seconds < 0.99 * found.seconds or
+                                     (plan.seconds <= 1.01 * found.seconds and
+                                      plan.peak_bytes < found.peak_bytes)):
+                found = plan
+            if count == chain.n or g >= largest:
+                return found
+            g *= 2
+
+    def release(self) -> None:
+        """Nothing to drop: the plan is its bounds and Revolve's closed form."""
+
+    def __iter__(self) -> Iterator[Action]:
+        b = self.bounds
+        for a in self.plan:
+            kind = type(a)
+            if kind is Advance or kind is Reverse:
+                yield kind(b[a.start], b[a.stop])
+            elif kind is Snapshot:
+                yield Snapshot(b[a.index], a.storage)
+            else:
+                yield kind(b[a.index])
+
+
+__all__ = ["GroupedRevolve"]

@@ -1,0 +1,60 @@
+"""GroupedRevolve: Revolve over groups of a long chain's stages (bincheck.schedule.grouped)."""
+
+import numpy
+import pytest
+
+from bincheck.schedule.chain import Chain, chain_cost
+from bincheck.schedule.grouped import GroupedRevolve
+
+
+def _chain(n, seed):
+    rs = numpy.random.RandomState(seed)
+    cuts = rs.randint(100, 5000, n + 1)
+    cuts[rs.rand(n + 1) < 0.2] = 50                 # cheap boundaries, as between loop steps
+    return Chain(rs.rand(n) + 0.1, 3 * rs.rand(n) + 0.3, rs.randint(1000, 20000, n), cuts, 500)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("groups", [8, 64, 300])
+def test_plans_are_valid_and_predictions_bound_the_simulation(seed, groups):
+    chain = _chain(300, seed)
+    memory = 1_500_000
+    plan = GroupedRevolve(chain, memory, groups)
+    cost = chain_cost(chain, iter(plan))                  # raises on an invalid action
+    assert cost.peak_bytes <= plan.peak_bytes <= memory
+    assert cost.plain_stages == plan.plain_stages and cost.taped_stages == chain.n
+    assert plan.stages <= groups
+
+
+def test_enough_memory_stores_every_boundary_and_advances_each_stage_once():
+    chain = _chain(500, 7)
+    plan = GroupedRevolve.best(chain, 10 ** 9)
+    assert plan.slots == plan.stages
+    last = plan.bounds[-1] - plan.bounds[-2]
+    assert chain_cost(chain, iter(plan)).plain_stages == plan.plain_stages == chain.n - last
+
+
+def test_less_memory_means_more_recomputation_and_too_little_is_refused():
+    chain = _chain(400, 3)
+    plans = [GroupedRevolve.best(chain, m) for m in (2_000_000, 400_000, 150_000)]
+    counts = [p.plain_stages for p in plans]
+    assert counts == sorted(counts) and counts[0] < counts[-1]
+    for p, m in zip(plans, (2_000_000, 400_000, 150_000)):
+        assert chain_cost(chain, iter(p)).peak_bytes <= m
+    assert GroupedRevolve.best(chain, 20_000) is None
+    with pytest.raises(ValueError, match="does not hold one of 8 groups"):
+        GroupedRevolve(chain, 20_000, 8)
+
+
+def test_a_pause_recorded_in_one_stage_does_not_move_boundaries_onto_large_cuts():
+    """Per-op times are measured: one op that took 500x its peers (a pause) gathers several
+    equal-time targets around it; the boundaries there must still land on small cuts."""
+    n = 1200
+    cuts = numpy.tile([2000, 80000, 80000, 2000, 2000, 2000], n // 6 + 1)[:n + 1]
+    plain = numpy.full(n, 1e-5)
+    plain[603] = 5e-3           # the targets it gathers end at cut 603 + 1 + 1200 // 256 = 608
+    chain = Chain(plain, 3 * plain, numpy.full(n, 1000), cuts, 0)
+    from bincheck.schedule.chain import group
+    bounds = group(chain, 128)
+    assert max(cuts[b] for b in bounds) == 2000
+    assert len(bounds) > 64                       # elsewhere the groups are as asked
