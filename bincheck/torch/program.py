@@ -47,11 +47,10 @@ TAPED_OVERHEAD_S = 2e-5
 SNAPSHOT_OVERHEAD_B = 512
 SWEEP_OVERHEAD_B = 16 * 1024
 # the share of the budget beyond the trace and the gradients a plan may predict: the model is
-# coarse (autograd's cotangents are estimated as twice the live set at the adjoint's cut and a
-# stage's largest result). Measured with the profiler's meter at budgets from the minimum to
-# 0.8x store-all's peak: 0.74-0.98 of the budget on a 32-op MLP (its peaks reached 1.06-1.13
-# of budgets planned with one live set), 0.31-0.59 on ResNet-18, the GPT and the U-Net, whose
-# minima it overestimates (ResNet-18's above store-all's peak at batch 8, 64x64)
+# coarse (autograd's cotangents are estimated as twice the live set at the adjoint's cut and
+# twice a stage's largest result); measured peaks against budgets and predictions are in
+# benchmarks/program/results/budgets.md (with one result's worth per stage, an MLP's peak
+# reached 1.013 of its budget)
 MODEL_SHARE = 0.85
 MAX_STAGES = 64             # the planner's stages at most (longer traces are grouped)
 
@@ -309,10 +308,11 @@ class CheckpointedFunction(Configured):
         grads = sum(t.untyped_storage().nbytes() for t, g in zip(tr.externals, tr.ext_grad)
                     if g)
         # held throughout the backward: the parameters' gradients; while the adjoint is at a
-        # cut, autograd's cotangents there (as large as its live set); while a stage runs, the
-        # cotangents its ops pull back (its largest result)
+        # cut, autograd's cotangents there and those it pulls back to (twice its live set);
+        # while a stage runs, its ops' temporaries and cotangents (twice its largest result:
+        # tanh's backward alone makes two of its result's size)
         work = grads + SWEEP_OVERHEAD_B
-        spike = np.maximum.reduceat(out_bytes, bounds[:-1])
+        spike = 2 * np.maximum.reduceat(out_bytes, bounds[:-1])
         # a taped segment is a replay keeping what autograd saved: as long as a plain one
         chain = Chain(seconds, seconds + TAPED_OVERHEAD_S * counts, saved,
                       cuts + SNAPSHOT_OVERHEAD_B, work, spike, 2 * cuts)
