@@ -318,3 +318,18 @@ def test_programs_benchmark_skips_store_all_where_its_tape_would_not_fit(monkeyp
     assert [r["strategy"] for r in rows if r["n"] == 40] == ["program s"]
     assert all(r["grad_max_rel_err"] <= 1e-10 for r in rows)
     assert all(r["trace_mib"] > 0 for r in rows if r["strategy"].startswith("program"))
+
+
+def test_program_budgets_smoke_run(tmp_path):
+    """python -m benchmarks.program.budgets --smoke: an MLP's metered peak stays within each
+    memory= budget, from the least the planner accepts up, and the files are written."""
+    pytest.importorskip("torch")
+    import csv
+    out = subprocess.run([sys.executable, "-m", "benchmarks.program.budgets", "--smoke", "--out",
+                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    rows = list(csv.DictReader(open(tmp_path / "budgets-smoke.csv")))
+    assert rows and rows[0]["budget"] == "least"
+    for r in rows:
+        assert int(r["peak"]) <= int(r["budget_bytes"]), r
