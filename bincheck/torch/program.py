@@ -232,7 +232,7 @@ class ProgramCall:
 
 class PlanBook:
     """The plans made for one function, by op sequence, and the one its forward expects (the
-    last call's); shared by the :func:`~.networks.checkpoint` calls of one function. It holds
+    last call's); shared by the :func:`bincheck.torch.checkpoint` calls of one function. It holds
     no tensors and no reference to the function."""
 
     __slots__ = ("plans", "expected", "lock")
