@@ -1,42 +1,66 @@
-"""A worker of tests/test_torch_program.py's DDP test: two gloo processes train the same model
-plainly and checkpointed by bincheck; each writes its final parameters."""
+"""Run by tests/test_torch_ddp.py: one rank of a 2-process gloo DDP job on CPU.
 
-from __future__ import annotations
+Each rank trains a GRU cell through bincheck.torch on its half of a global batch, counts how often
+each parameter's gradient hook fires, and writes its gradients to ``<out>/rank<r>.pt``. Rank 0 also
+writes the single-process gradient of the whole batch through the plain loop. Each rank leaves with
+``os._exit`` right after writing, without tearing the process group down (gloo's teardown was seen
+to hang); the parent enforces a timeout on the whole job.
+"""
 
-import copy
+import os
 import sys
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
+
+import bincheck.torch as bt
+
+T, B, I, H = 9, 4, 3, 5
 
 
-def main(rank: int, world: int, init: str, out: str) -> None:
-    import bincheck.torch as bt
-    torch.set_num_threads(1)
-    torch.set_default_dtype(torch.float64)
-    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.GRUCell(I, H).double()
+        self.loop = bt.binomial_checkpoint(lambda c, h, x: c(x, h), T, 3)
+
+    def forward(self, h0, xs):
+        return self.loop(self.cell, h0, xs)
+
+
+def data():
+    g = torch.Generator().manual_seed(3)
+    return (torch.randn(B, H, generator=g, dtype=torch.float64),
+            torch.randn(T, B, I, generator=g, dtype=torch.float64))
+
+
+def main(rank, out, find_unused):
+    dist.init_process_group("gloo", init_method=f"file://{out}/store", rank=rank, world_size=2)
     torch.manual_seed(0)
-    base = nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Dropout(0.2),
-                         nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 1))
-    results = []
-    for checkpointed in (False, True):
-        model = copy.deepcopy(base)
-        inner = bt.checkpoint_module(model, num_ckpts=2) if checkpointed else model
-        net = DDP(inner)
-        opt = torch.optim.SGD(net.parameters(), lr=0.1)
-        gen = torch.Generator().manual_seed(100 + rank)
-        torch.manual_seed(7 + rank)
-        for _ in range(3):
-            x = torch.randn(8, 6, generator=gen)
-            opt.zero_grad()
-            net(x).pow(2).mean().backward()
-            opt.step()
-        results.append([t.detach().clone() for t in model.state_dict().values()])
-    torch.save(results, f"{out}.{rank}")
-    dist.destroy_process_group()
+    net = Net()
+    ddp = nn.parallel.DistributedDataParallel(net, find_unused_parameters=find_unused)
+    fired = {n: 0 for n, _ in net.named_parameters()}
+    for n, p in net.named_parameters():
+        p.register_hook(lambda g, n=n: fired.__setitem__(n, fired[n] + 1))
+    h0, xs = data()
+    half = slice(rank * B // 2, (rank + 1) * B // 2)
+    for _ in range(2):                       # two iterations: DDP's second must work too
+        ddp.zero_grad()
+        (ddp(h0[half], xs[:, half]) ** 2).sum().div(B // 2).backward()
+    result = {"grads": {n: p.grad for n, p in net.named_parameters()}, "fired": fired}
+    if rank == 0:
+        ref = Net()
+        ref.load_state_dict(net.state_dict())
+        h = h0
+        for t in range(T):
+            h = ref.cell(xs[t], h)
+        (h ** 2).sum().div(B).backward()
+        result["reference"] = {n: p.grad for n, p in ref.named_parameters()}
+    torch.save(result, f"{out}/rank{rank}.pt")
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    main(int(sys.argv[1]), sys.argv[2], sys.argv[3] == "1")

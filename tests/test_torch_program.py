@@ -415,7 +415,7 @@ def test_ddp_with_two_gloo_processes_trains_as_the_plain_model(tmp_path):
     init = f"file://{tmp_path / 'rendezvous'}"
     out = str(tmp_path / "params")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    worker = os.path.join(os.path.dirname(__file__), "ddp_worker.py")
+    worker = os.path.join(os.path.dirname(__file__), "ddp_program_worker.py")
     procs = [subprocess.Popen([sys.executable, worker, str(r), "2", init, out], env=env)
              for r in range(2)]
     assert all(p.wait(timeout=120) == 0 for p in procs)
