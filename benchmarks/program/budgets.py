@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
 import os
 import re
 import sys
@@ -19,7 +18,7 @@ import torch
 from torch import nn
 
 import bincheck.torch as bt
-from benchmarks.common.files import write_atomic
+from benchmarks.program.report import write_table
 from benchmarks.program import models as M
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -75,22 +74,18 @@ def main(argv=None) -> int:
         for name in ("resnet18", "gpt", "unet", "treelstm"):
             w = M.make(name, "quick")
             rows += rows_for(name, w.model, lambda m, w=w: w.loss_of(w.apply(m)), (0.6, 0.8))
-    os.makedirs(args.out, exist_ok=True)
-    name = "budgets-smoke" if args.smoke else "budgets"
-    with open(os.path.join(args.out, name + ".csv"), "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=list(rows[0]))
-        wr.writeheader()
-        wr.writerows(rows)
-    lines = [f"# memory= under the profiler's meter ({os.uname().nodename}, 1 thread, load "
-             f"{os.getloadavg()[0]:.1f})", "",
-             "| workload | budget | store-all MiB | budget MiB | peak MiB | peak / budget | "
-             "peak / predicted | ops | plain | taped |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['workload']} | {r['budget']} | {r['store_all'] / 2**20:.2f} | "
-                     f"{r['budget_bytes'] / 2**20:.2f} | {r['peak'] / 2**20:.2f} | "
-                     f"{r['peak_over_budget']:.3f} | {r['peak_over_predicted']:.3f} | {r['ops']} | "
-                     f"{r['plain_ops']} | {r['taped_ops']} |")
-    write_atomic(os.path.join(args.out, name + ".md"), ("\n".join(lines) + "\n").encode())
+    mib = lambda key: lambda r: f"{r[key] / 2**20:.2f}"  # noqa: E731
+    write_table(args.out, "budgets-smoke" if args.smoke else "budgets",
+                "memory= under the profiler's meter", [
+                    ("workload", False, lambda r: r["workload"]),
+                    ("budget", False, lambda r: r["budget"]),
+                    ("store-all MiB", True, mib("store_all")),
+                    ("budget MiB", True, mib("budget_bytes")), ("peak MiB", True, mib("peak")),
+                    ("peak / budget", True, lambda r: f"{r['peak_over_budget']:.3f}"),
+                    ("peak / predicted", True, lambda r: f"{r['peak_over_predicted']:.3f}"),
+                    ("ops", True, lambda r: str(r["ops"])),
+                    ("plain", True, lambda r: str(r["plain_ops"])),
+                    ("taped", True, lambda r: str(r["taped_ops"]))], rows)
     return 0
 
 

@@ -10,7 +10,6 @@ the median of 5 forwards plain and recorded. Writes results/plan-time.{csv,md}."
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import statistics
 import sys
@@ -20,7 +19,7 @@ import torch
 from torch import nn
 
 import bincheck.torch as bt
-from benchmarks.common.files import write_atomic
+from benchmarks.program.report import write_table
 from benchmarks.program import models as M
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -66,20 +65,16 @@ def main(argv=None) -> int:
                              recorded_forward_s=round(recorded, 4),
                              overhead_us_per_op=round(1e6 * (recorded - plain) / s.ops, 1)))
             print(rows[-1], flush=True)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "plan-time.csv"), "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=list(rows[0]))
-        wr.writeheader()
-        wr.writerows(rows)
-    lines = [f"# Planning and recording ({os.uname().nodename}, 1 thread, load "
-             f"{os.getloadavg()[0]:.1f})", "",
-             "| model | budget | ops | stages | planning s | trace B/op | forward s | "
-             "recorded forward s | overhead µs/op |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r['model']} | {r['budget']} | {r['ops']} | {r['stages']} | "
-                     f"{r['plan_s']} | {r['trace_bytes_per_op']} | {r['plain_forward_s']} | "
-                     f"{r['recorded_forward_s']} | {r['overhead_us_per_op']} |")
-    write_atomic(os.path.join(args.out, "plan-time.md"), ("\n".join(lines) + "\n").encode())
+    write_table(args.out, "plan-time", "Planning and recording", [
+        ('model', False, lambda row: str(row['model'])),
+        ('budget', False, lambda row: str(row['budget'])),
+        ('ops', True, lambda row: str(row['ops'])),
+        ('stages', True, lambda row: str(row['stages'])),
+        ('planning s', True, lambda row: str(row['plan_s'])),
+        ('trace B/op', True, lambda row: str(row['trace_bytes_per_op'])),
+        ('forward s', True, lambda row: str(row['plain_forward_s'])),
+        ('recorded forward s', True, lambda row: str(row['recorded_forward_s'])),
+        ('overhead µs/op', True, lambda row: str(row['overhead_us_per_op']))], rows)
     return 0
 
 

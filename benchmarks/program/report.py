@@ -130,3 +130,22 @@ def meta_md(meta: dict) -> str:
 def markdown(meta: dict, rows: list[Row]) -> str:
     return (meta_md(meta) + table(rows)
             + targets_section(targets(rows), TARGET_TEXT, head="workload"))
+
+
+def write_table(out: str, name: str, title: str, columns: list, rows: list[dict]) -> None:
+    """``rows`` to ``out/name.csv`` (as they are) and ``out/name.md`` (a table of ``columns``:
+    ``(heading, right-aligned, cell-of-row)``), the machine and load in the title."""
+    import csv
+    import os
+
+    from ..common.files import write_atomic
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, name + ".csv"), "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=list(rows[0]))
+        wr.writeheader()
+        wr.writerows(rows)
+    lines = [f"# {title} ({os.uname().nodename}, 1 thread, load {os.getloadavg()[0]:.1f})", "",
+             "| " + " | ".join(h for h, _, _ in columns) + " |",
+             "|" + "|".join("---:" if right else "---" for _, right, _ in columns) + "|"]
+    lines += ["| " + " | ".join(cell(r) for _, _, cell in columns) + " |" for r in rows]
+    write_atomic(os.path.join(out, name + ".md"), ("\n".join(lines) + "\n").encode())

@@ -46,16 +46,8 @@ def flatten_args(args: tuple, kwargs: dict) -> tuple[list, tuple]:
     deeper. (torch's pytree does this generally, at several times the cost per op.)"""
     flat: list = []
     spec: list = []
-    for a in args:
-        if type(a) is list or type(a) is tuple:
-            spec.append((type(a), len(a)))
-            flat.extend(a)
-        else:
-            spec.append(None)
-            flat.append(a)
     keys = tuple(kwargs)
-    for k in keys:
-        a = kwargs[k]
+    for a in (*args, *(kwargs[k] for k in keys)):
         if type(a) is list or type(a) is tuple:
             spec.append((type(a), len(a)))
             flat.extend(a)
