@@ -418,7 +418,14 @@ def test_ddp_with_two_gloo_processes_trains_as_the_plain_model(tmp_path):
     worker = os.path.join(os.path.dirname(__file__), "ddp_program_worker.py")
     procs = [subprocess.Popen([sys.executable, worker, str(r), "2", init, out], env=env)
              for r in range(2)]
-    assert all(p.wait(timeout=120) == 0 for p in procs)
+    try:
+        codes = [p.wait(timeout=300) for p in procs]
+    finally:                                  # a rank left waiting for its peer is killed
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert codes == [0, 0]
     for r in range(2):
         plain, checkpointed = torch.load(f"{out}.{r}")
         for a, b in zip(checkpointed, plain):
