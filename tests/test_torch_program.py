@@ -410,22 +410,34 @@ def test_import_bincheck_does_not_import_torch_program():
 
 def test_ddp_with_two_gloo_processes_trains_as_the_plain_model(tmp_path):
     import os
+    import signal
     import subprocess
     import sys
+    import time
+    here = os.path.dirname(os.path.abspath(__file__))
     init = f"file://{tmp_path / 'rendezvous'}"
     out = str(tmp_path / "params")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    worker = os.path.join(os.path.dirname(__file__), "ddp_program_worker.py")
-    procs = [subprocess.Popen([sys.executable, worker, str(r), "2", init, out], env=env)
-             for r in range(2)]
+    # one thread a rank, as tests/test_torch_ddp.py runs its ranks (two ranks of two threads
+    # each on two cores starved one another in a loaded full run)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+        [here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")]))
+    worker = os.path.join(here, "ddp_program_worker.py")
+    procs = [subprocess.Popen([sys.executable, worker, str(r), "2", init, out], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              start_new_session=True) for r in range(2)]
+    deadline, logs = time.monotonic() + 300, []
     try:
-        codes = [p.wait(timeout=300) for p in procs]
-    finally:                                  # a rank left waiting for its peer is killed
+        for p in procs:
+            text, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            logs.append(text.decode(errors="replace")[-3000:])
+    except subprocess.TimeoutExpired:
+        pass
+    finally:                                  # never leave a rank behind, hung or not
         for p in procs:
             if p.poll() is None:
-                p.kill()
+                os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-    assert codes == [0, 0]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(logs)
     for r in range(2):
         plain, checkpointed = torch.load(f"{out}.{r}")
         for a, b in zip(checkpointed, plain):
