@@ -47,9 +47,6 @@ from .simulate import ScheduleError, Tracker
 from .chain_dp import _by_bytes, _solve, table_bytes
 from .validate import check_positive_int, short_repr
 
-INF = float("inf")
-
-
 @dataclass(frozen=True, eq=False)
 class Chain:
     """Per-stage seconds and bytes of a chain of ``n`` stages and its ``n + 1`` cuts (numpy

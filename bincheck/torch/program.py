@@ -58,8 +58,8 @@ _last = threading.local()
 
 
 def last_stats() -> ProgramStats | None:
-    """The :class:`~bincheck.ProgramStats` of the last backward through :func:`checkpoint` in
-    this thread (None before any)."""
+    """The :class:`~bincheck.ProgramStats` of the last call through :func:`checkpoint` in this
+    thread: its forward's, updated as its backward runs (None before any)."""
     return getattr(_last, "stats", None)
 
 
@@ -118,10 +118,10 @@ class ProgramCall:
     def record(self, args: tuple, kwargs: dict, plan0: Plan0 | None) -> Any:
         program, stats = self.program, self.stats
         t0 = time.perf_counter()
-        tr, out, ids, rec = record(program.fn, args, kwargs, program.preserve_rng_state,
+        tr, out, _, rec = record(program.fn, args, kwargs, program.preserve_rng_state,
                                    self.unpack, plan0, program.verify)
         t1 = time.perf_counter()
-        self.trace, self.ids, self.rec = tr, ids, rec
+        self.trace, self.rec = tr, rec
         stats.ops = stats.plain_ops = tr.n
         stats.record_seconds = stats.plain_seconds = t1 - t0
         stats.trace_bytes = tr.nbytes

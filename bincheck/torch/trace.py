@@ -56,10 +56,6 @@ class Op:
         self.outs, self.writes, self.copies, self.rng = outs, writes, copies, rng
 
 
-def is_diff(t: torch.Tensor) -> bool:
-    return t.dtype.is_floating_point or t.dtype.is_complex
-
-
 def _storage(t: torch.Tensor) -> tuple[int, int]:
     s = t.untyped_storage()
     return s.data_ptr(), s.nbytes()
@@ -77,7 +73,6 @@ class Trace:
         self.defined: list[int] = []          # per value: the op that made it
         self.last: list[int] = []             # per value: the last op that reads it (n: output)
         self.group: list[int] = []            # per value: its storage group
-        self.diff: list[bool] = []            # per value: floating or complex
         self.group_bytes: list[int] = []
         self.last_write: dict[int, int] = {}  # group -> last op writing into it
         self.ext_group: list[int] = []
@@ -241,7 +236,6 @@ class _Recorder(TorchDispatchMode):
         tr.defined.append(k)
         tr.last.append(k)
         tr.group.append(group)
-        tr.diff.append(is_diff(t))
         self.remember(t, v)
         return v
 
