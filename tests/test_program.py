@@ -435,7 +435,8 @@ def test_numbers_in_the_column_are_exact_signed_zeros_slices_and_floats():
 
 def test_with_num_ckpts_memory_grows_with_the_trace_and_snapshots_only():
     """Doubling a loop's length adds its trace's bytes (and a few for Revolve's snapshots) to
-    the gradient's peak, not planning's per-op arrays (about 70 bytes an op more before)."""
+    the gradient's peak: not planning's per-op arrays (about 70 bytes an op more before), nor
+    the recording's per-op times and sizes (16 bytes an op more before)."""
     def make(k):
         def f(y):
             for _ in range(k):
@@ -448,5 +449,5 @@ def test_with_num_ckpts_memory_grows_with_the_trace_and_snapshots_only():
         g = checkpoint_program(make(k), num_ckpts=20)
         peaks.append(_peak(lambda: grad(g)(y)))
         traces.append(g.stats.trace_bytes)
-    # the trace and the recording's per-op times and sizes (16 bytes an op, freed once planned)
-    assert peaks[1] - peaks[0] <= 2 * (traces[1] - traces[0]) + 10_000, (peaks, traces)
+    # 1,500 ops more: their trace (about 30 kB); the per-op columns would add 24 kB
+    assert peaks[1] - peaks[0] <= traces[1] - traces[0] + 8_000, (peaks, traces)

@@ -68,6 +68,11 @@ GROUP_BYTES = 160               # grouping's arrays and bounds, per group (trace
 MODEL_SHARE = 0.9
 
 
+# Above this many ops a ``num_ckpts`` plan is Revolve's over the ops: it needs no per-op times or
+# bytes, so the recording drops them (the forward then holds the trace alone)
+REVOLVE_ABOVE = 64
+
+
 class ProgramCall:
     """One call of a checkpointed program: its trace, plan and stats, from its forward (the
     recording) to its VJP (the replay)."""
@@ -84,8 +89,9 @@ class ProgramCall:
         t0 = time.perf_counter()
         program, stats = self.program, self.stats
         self.inputs = list(leaves)
-        tr, (ids, values, out_def) = record(program.f, self.inputs, self.rebuild,
-                                            program.verify)
+        tr, (ids, values, out_def) = record(
+            program.f, self.inputs, self.rebuild, program.verify,
+            REVOLVE_ABOVE if program.memory is None else None)
         t1 = time.perf_counter()
         self.trace, self.out = tr, (ids, values, out_def)
         stats.ops = stats.plain_ops = tr.n
@@ -180,8 +186,8 @@ class CheckpointedProgram(Configured):
         n = tr.n
         if n == 0:
             return ProgramPlan((), 0, 0, None, 0, 0)
-        if self.memory is None and n > 64:      # Revolve over the ops, streamed: no per-op
-            plan = Plan(n, self.num_ckpts)      # arrays (they would grow with the trace)
+        if self.memory is None and n > REVOLVE_ABOVE:   # Revolve over the ops, streamed: no
+            plan = Plan(n, self.num_ckpts)      # per-op arrays (they would grow with the trace)
             return ProgramPlan(plan, n, 0, None, plan.plain_steps, n)
         cuts = tr.cut_bytes(VALUE_OVERHEAD_B)
         seconds = np.frombuffer(tr.seconds, dtype=np.float64)

@@ -94,10 +94,15 @@ class Trace:
     """The recorded ops of one call (see the module docstring)."""
 
     __slots__ = ("n_in", "templates", "_keys", "tmpl", "parents", "start", "arity", "out_bytes",
-                 "seconds", "last", "outputs", "consts_bytes", "_t", "diff", "prints")
+                 "seconds", "last", "outputs", "consts_bytes", "_t", "diff", "prints",
+                 "plan_limit")
 
-    def __init__(self, n_in: int) -> None:
+    def __init__(self, n_in: int, plan_limit: int | None = None) -> None:
         self.n_in = n_in
+        # the per-op times and bytes are kept while the trace has at most ``plan_limit`` ops
+        # (None: always); beyond it the plan needs none (Revolve over the ops), so they are
+        # dropped and no longer recorded: the recording then holds the trace alone
+        self.plan_limit = plan_limit
         # (fun, argnums, args with None for traced and open places, kwargs, column or None)
         self.templates: list[tuple] = []
         self._keys: dict = {}
@@ -118,9 +123,11 @@ class Trace:
 
     def add(self, value: Any, fun: Callable, args: tuple, kwargs: dict, argnums: tuple,
             parent_ids: list) -> int:
-        now = time.perf_counter()
-        self.seconds.append(now - self._t)
-        self._t = now
+        columns = self.seconds is not None
+        if columns:
+            now = time.perf_counter()
+            self.seconds.append(now - self._t)
+            self._t = now
         consts = [(i, a) for i, a in enumerate(args) if i not in argnums]
         for i, a in consts + list(kwargs.items()):
             if isbox(a):
@@ -139,7 +146,10 @@ class Trace:
         self.parents.extend(parent_ids)
         if words:
             self.parents.frombytes(words)
-        self.out_bytes.append(value_nbytes(value))
+        if columns:
+            self.out_bytes.append(value_nbytes(value))
+            if self.plan_limit is not None and len(self.tmpl) > self.plan_limit:
+                self.out_bytes = self.seconds = None
         self.diff.append(boxable(value))
         if self.prints is not None:
             self.prints[self.n - 1] = fingerprint(value)
@@ -254,7 +264,7 @@ class Trace:
 
     def release_plan_columns(self) -> None:
         """Drop what only the planner needed (per-op bytes and times)."""
-        self.out_bytes, self.seconds = array("q"), array("d")
+        self.out_bytes = self.seconds = None
 
 
 class RecNode(Node):
@@ -277,10 +287,11 @@ notrace_primitives[RecNode] = notrace_primitives[VJPNode]
 
 
 def record(f: Callable, leaves: list, rebuild: Callable[[list], tuple],
-           verify: bool = False) -> tuple[Trace, Any]:
+           verify: bool = False, plan_limit: int | None = None) -> tuple[Trace, Any]:
     """Run ``f(*rebuild(boxed leaves))`` once, recording it: (the trace, (each result leaf's
-    value id, -1 for a constant; the result leaves as plain values; the result's structure))."""
-    tr = Trace(len(leaves))
+    value id, -1 for a constant; the result leaves as plain values; the result's structure));
+    ``plan_limit``: see :class:`Trace`."""
+    tr = Trace(len(leaves), plan_limit)
     if verify:
         tr.prints = {}
     with trace_stack.new_trace() as level:
