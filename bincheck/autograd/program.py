@@ -33,6 +33,7 @@ import numpy as np
 from autograd.core import defvjp_argnums, vspace
 from autograd.tracer import isbox, primitive
 
+from ..runtime.disk import open_disk
 from ..runtime.executor import Executor
 from ..runtime.front import Configured
 from ..runtime.stats import ProgramStats
@@ -41,10 +42,11 @@ from ..schedule.binomial import Plan
 from ..schedule.budget import parse_bytes
 from ..schedule.chain import Chain, ChainPlan, minimum_memory
 from ..schedule.grouped import GroupedRevolve
-from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable,
+from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable, check_disk,
                                  check_positive_int, exactly_one_budget)
 from ..tree import flatten, unflatten
 from .boundary import expand_boxes, reverse_traced
+from .program_disk import disk_plan
 from .replay import Replay, env_nbytes
 from .trace import Trace, boxable, record, value_nbytes
 
@@ -121,9 +123,15 @@ class ProgramCall:
         replay = Replay(tr, self.inputs, stats, set(argnums))
         for o, c in zip(self.packed, g):
             replay.ct[o] = c if o not in replay.ct else vspace(c).add(replay.ct[o], c)
-        store = MemoryStore(size=env_nbytes)
+        disk = open_disk(self.program.disk) if self.plan.uses_disk else None
+        store = MemoryStore(disk, size=env_nbytes)
         executor = Executor(tr.n, {}, store)
-        executor.run(iter(self.plan.actions), replay)     # a Plan or ChainPlan: re-iterable
+        try:
+            executor.run(iter(self.plan.actions), replay)   # a Plan or ChainPlan: re-iterable
+        finally:                  # the call's files go, whatever ended the sweep
+            if disk is not None:
+                stats.add_disk(disk)
+                disk.close()
         executor.tracker.finish()
         stats.snapshots = executor.tracker.peak_checkpoints
         stats.snapshot_bytes = store.peak_nbytes
@@ -135,13 +143,18 @@ class ProgramCall:
 
 
 class ProgramPlan:
-    """The actions a call replays, and what the planner predicted of them."""
+    """The actions a call replays, and what the planner predicted of them: ``peak_bytes``
+    (in RAM), ``seconds``, ``plain_ops`` and ``taped_ops`` of the replay; ``uses_disk``, with
+    ``disk_writes`` and ``disk_reads`` (snapshots), where it keeps snapshots on disk."""
 
     def __init__(self, actions: tuple, stages: int, peak_bytes: int, seconds: float | None,
                  plain_ops: int, taped_ops: int) -> None:
         self.actions, self.stages, self.peak_bytes, self.seconds = actions, stages, \
             peak_bytes, seconds
         self.plain_ops, self.taped_ops = plain_ops, taped_ops
+        self.uses_disk = getattr(actions, "uses_disk", False)
+        self.disk_writes = getattr(actions, "disk_writes", 0)
+        self.disk_reads = getattr(actions, "disk_reads", 0)
 
 
 def _forward(*leaves: Any, call: ProgramCall) -> tuple:
@@ -158,9 +171,10 @@ class CheckpointedProgram(Configured):
     :func:`checkpoint_program`."""
 
     def __init__(self, f: Callable, num_ckpts: int | None, memory: int | None,
-                 verify: bool) -> None:
+                 verify: bool, disk: Any = None) -> None:
         self.f, self.num_ckpts, self.memory = f, num_ckpts, memory
-        self.verify = verify
+        self.verify, self.disk = verify, disk
+        self.disk_costs: dict = {}        # measured (write, read) seconds per snapshot size
         self._freeze()
         self.stats = ProgramStats()
 
@@ -168,7 +182,8 @@ class CheckpointedProgram(Configured):
         name = getattr(self.f, "__name__", repr(self.f))
         budget = f"num_ckpts={self.num_ckpts}" if self.memory is None else \
             f"memory={self.memory}"
-        return f"checkpoint_program({name}, {budget})"
+        disk = "" if self.disk is None else f", disk={self.disk!r}"
+        return f"checkpoint_program({name}, {budget}{disk})"
 
     def __call__(self, *args: Any) -> Any:
         leaves, tree_def = flatten(expand_boxes(args))
@@ -240,7 +255,12 @@ class CheckpointedProgram(Configured):
                 cp.release()
                 found.append(ProgramPlan(cp, cp.stages, cp.peak_bytes, cp.seconds,
                                          cp.plain_stages, cp.taped_stages))
-            return min((p for p in found if p is not None), key=lambda p: p.seconds)
+            best = min((p for p in found if p is not None), key=lambda p: p.seconds)
+            on_disk = disk_plan(self, chain, free, best.seconds) if self.disk else None
+            if on_disk is not None:
+                return ProgramPlan(on_disk, on_disk.stages, on_disk.peak_bytes, on_disk.seconds,
+                                   on_disk.plain_stages, on_disk.taped_stages)
+            return best
         cp.release()
         return ProgramPlan(cp, cp.stages, cp.peak_bytes, cp.seconds, cp.plain_stages,
                            cp.taped_stages)
@@ -269,7 +289,7 @@ class CheckpointedProgram(Configured):
 
 
 def checkpoint_program(f: Callable, num_ckpts: int | None = None, *,
-                       memory: int | str | None = None,
+                       memory: int | str | None = None, disk: bool | str | None = None,
                        verify: bool = False) -> CheckpointedProgram:
     """``g = checkpoint_program(f, num_ckpts=20)`` (or ``memory="50MB"``): ``g(*args)`` returns
     ``f(*args)``, and ``grad``/``make_vjp``/``jacobian`` of ``g`` equal plain autograd's of ``f``
@@ -280,6 +300,13 @@ def checkpoint_program(f: Callable, num_ckpts: int | None = None, *,
     ``f`` anew, so control flow may differ per call. ``g.stats`` (:class:`~bincheck.ProgramStats`)
     describes the last gradient; ``g.preview(*args)`` the plan for ``args``.
 
+    ``disk=True`` (a private temporary directory) or ``disk="/some/dir"`` (a private
+    subdirectory of it), with ``memory``, adds a disk tier: snapshots beyond the RAM budget go
+    to ``.npy`` files, placed by Disk-Revolve over groups of the ops with the disk's measured
+    write and read times, where that is predicted to be faster than RAM alone (else no file is
+    written); the files and the directory are removed when the gradient ends, also after an
+    error or KeyboardInterrupt.
+
     A value being differentiated that ``f`` reaches without receiving it (a closure over a
     traced weight) is refused with a ValueError: pass it as an argument. ``verify=True``
     compares every replayed op with the recorded run and raises
@@ -288,8 +315,9 @@ def checkpoint_program(f: Callable, num_ckpts: int | None = None, *,
     itself (exact, without checkpointing)."""
     check_callable("f", f, "f(*args) -> result")
     exactly_one_budget(num_ckpts, memory)
+    disk = check_disk(disk, memory)
     if memory is not None:
         memory = parse_bytes(memory)
     else:
         num_ckpts = check_positive_int("num_ckpts", num_ckpts, NUM_CKPTS_RULE)
-    return CheckpointedProgram(f, num_ckpts, memory, check_bool("verify", verify))
+    return CheckpointedProgram(f, num_ckpts, memory, check_bool("verify", verify), disk)

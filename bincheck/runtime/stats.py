@@ -6,8 +6,31 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 
+class DiskCounts:
+    """What a call's disk tier did, for stats with ``disk_*`` fields."""
+
+    disk_bytes_written: int
+    disk_bytes_read: int
+    disk_io_seconds: float
+    disk_wait_seconds: float
+
+    def add_disk(self, disk: Any) -> None:
+        """Add what a call's disk store wrote, read and waited for."""
+        self.disk_bytes_written += disk.bytes_written
+        self.disk_bytes_read += disk.bytes_read
+        self.disk_io_seconds += disk.io_seconds
+        self.disk_wait_seconds += disk.wait_seconds
+
+    @property
+    def disk_overlap(self) -> float | None:
+        """The share of the disk I/O that ran beside the computation (None without I/O)."""
+        if not self.disk_io_seconds:
+            return None
+        return max(0.0, 1.0 - self.disk_wait_seconds / self.disk_io_seconds)
+
+
 @dataclass(repr=False)
-class LoopStats:
+class LoopStats(DiskCounts):
     """Counts and times of one call of a loop: its forward and its reverse sweep.
 
     ``plain_steps`` / ``taped_steps`` count ``fn`` evaluations; the times are seconds spent in
@@ -55,25 +78,11 @@ class LoopStats:
     offload_bytes_read: int = 0
     offload_prefetched: int = 0
 
-    def add_disk(self, disk: Any) -> None:
-        """Add what a call's disk store wrote, read and waited for."""
-        self.disk_bytes_written += disk.bytes_written
-        self.disk_bytes_read += disk.bytes_read
-        self.disk_io_seconds += disk.io_seconds
-        self.disk_wait_seconds += disk.wait_seconds
-
     def add_offload(self, tier: Any) -> None:
         """Add what a call's host-memory tier copied down and up."""
         self.offload_bytes_written += tier.bytes_written
         self.offload_bytes_read += tier.bytes_read
         self.offload_prefetched += tier.prefetched
-
-    @property
-    def disk_overlap(self) -> float | None:
-        """The share of the disk I/O that ran beside the computation (None without I/O)."""
-        if not self.disk_io_seconds:
-            return None
-        return max(0.0, 1.0 - self.disk_wait_seconds / self.disk_io_seconds)
 
     def __repr__(self) -> str:
         # The field keeps its pre-0.2 name (keyword, asdict); its repr uses today's.
@@ -94,7 +103,7 @@ class LoopStats:
 
 
 @dataclass
-class ProgramStats:
+class ProgramStats(DiskCounts):
     """What one gradient through a checkpointed program did (``g.stats``).
 
     ``ops``: primitive ops recorded; ``plain_ops``: op evaluations without a tape, the recording
@@ -103,8 +112,9 @@ class ProgramStats:
     ``snapshots``: the most snapshots held at once (the empty one at cut 0 included, Revolve's
     convention); ``snapshot_bytes``: the most bytes they held at once (live sets, by reference);
     ``trace_bytes``: what the recorded trace holds; ``peak_bytes``: the library's own count of
-    the most held at once (the trace, snapshots, and the plan's predicted tapes and working
-    set); times in seconds, as :class:`LoopStats`'s, ``plan_seconds`` for planning."""
+    the most held at once (the trace, snapshots in RAM, and the plan's predicted tapes and
+    working set); times in seconds, as :class:`LoopStats`'s, ``plan_seconds`` for planning;
+    ``disk_*`` as :class:`LoopStats`'s (``disk=...``)."""
 
     ops: int = 0
     plain_ops: int = 0
@@ -120,3 +130,7 @@ class ProgramStats:
     tape_seconds: float = 0.0
     backward_seconds: float = 0.0
     library_seconds: float = 0.0
+    disk_bytes_written: int = 0
+    disk_bytes_read: int = 0
+    disk_io_seconds: float = 0.0
+    disk_wait_seconds: float = 0.0

@@ -229,3 +229,82 @@ class DiskPlan:
     def __repr__(self) -> str:
         return (f"DiskPlan({self.seq_len}, checkpoints={self.checkpoints}, "
                 f"write_cost={self.write_cost:g}, read_cost={self.read_cost:g})")
+
+
+def on_stages(plan: Any, bounds: list[int]) -> Iterator[Action]:
+    """The actions of ``plan`` (over groups: group ``g`` is stages ``bounds[g]..bounds[g+1]-1``)
+    in stage indices."""
+    for a in plan:
+        kind = type(a)
+        if kind is Advance or kind is Reverse:
+            yield kind(bounds[a.start], bounds[a.stop])
+        elif kind is Snapshot:
+            yield Snapshot(bounds[a.index], a.storage)
+        else:
+            yield kind(bounds[a.index])
+
+
+class GroupedDisk:
+    """Disk-Revolve (:class:`DiskPlan`) over groups of a chain's stages within ``memory`` bytes of
+    RAM, for a recorded program with a disk tier: the chain is cut into ``groups`` groups of
+    about equal plain time at cuts with few live bytes (``chain.group``), as many RAM
+    slots as the budget holds at the largest boundary's bytes once the working set, the live
+    cut and the next one, ``in_flight`` snapshots in the disk's queues (one written behind, one
+    read ahead), one group's tape and the disk table are set aside; a snapshot costs
+    ``write_seconds`` to write and ``read_seconds`` to read (measured). Iterate it for the
+    actions in stage indices; ``seconds``, ``peak_bytes``, ``plain_stages``, ``taped_stages``,
+    ``disk_writes`` and ``disk_reads`` are its predictions, as
+    ``grouped.GroupedRevolve``'s."""
+
+    uses_disk = True
+
+    def __init__(self, chain: Any, memory: int, groups: int, write_seconds: float,
+                 read_seconds: float, in_flight: int = 2) -> None:
+        from .chain import group, grouped           # chain imports this layer's planners
+        self.bounds = bounds = group(chain, groups)
+        coarse = grouped(chain, bounds)
+        g, big, tape = coarse.n, int(coarse.cuts.max()), int(coarse.tape.max())
+        table = DiskTable.bytes_for(g)
+        room = memory - coarse.work - (2 + in_flight) * big - tape - table
+        slots = min(g, room // big) if big else g
+        if room < 0 or slots < 1:
+            raise ValueError(f"memory={memory} bytes does not hold one RAM slot beside {g} "
+                             f"groups' working set and disk queues")
+        step = max(float(coarse.plain.mean()), 1e-9)
+        # a read runs ahead, beside the group before its restore: one group's time is hidden
+        self.plan = DiskPlan(g, slots, write_seconds / step,
+                             max(0.0, read_seconds - step) / step)
+        self.seconds = self.plan.cost * step + float(coarse.taped.sum())
+        self.peak_bytes = coarse.work + (slots + 2 + in_flight) * big + tape + table
+        self.slots, self.stages, self.seq_len = slots, g, chain.n
+        plain = 0
+        for action in self.plan:                 # stage evaluations: exact, streamed
+            if type(action) is Advance:
+                plain += bounds[action.stop] - bounds[action.start]
+        self.plain_stages, self.taped_stages = plain, chain.n
+        self.disk_writes, self.disk_reads = self.plan.disk_writes, self.plan.disk_reads
+
+    @classmethod
+    def best(cls, chain: Any, memory: int, write_seconds: float, read_seconds: float,
+             in_flight: int = 2, smallest: int = 16,
+             largest: int = 1024) -> "GroupedDisk | None":
+        """The plan of least predicted time over group counts ``smallest, 2 * smallest, ...``
+        up to ``largest`` (the disk table costs ``O(groups**2)``); None if none fits."""
+        found, g = None, smallest
+        while True:
+            count = min(g, chain.n)
+            try:
+                plan = cls(chain, memory, count, write_seconds, read_seconds, in_flight)
+            except ValueError:
+                plan = None
+            if plan is not None and (found is None or plan.seconds < found.seconds):
+                found = plan
+            if count == chain.n or g >= largest:
+                return found
+            g *= 2
+
+    def release(self) -> None:
+        """Nothing to drop: the plan is its bounds and the disk table."""
+
+    def __iter__(self) -> Iterator[Action]:
+        return on_stages(self.plan, self.bounds)
