@@ -105,3 +105,57 @@ def test_disk_arguments_are_checked(tmp_path):
     with pytest.raises(TypeError, match="disk must be None, True"):
         checkpoint_program(f, memory=800_000, disk=3)
     assert "disk=True" in repr(checkpoint_program(f, memory=800_000, disk=True))
+
+
+# ---------------------------------------------------------------- the plan (framework-free)
+def _walk(plan, n):
+    from bincheck.schedule.simulate import Tracker
+    tracker = Tracker(n)
+    for action in plan:
+        tracker.apply(action)
+    tracker.finish()                   # every stage reversed once, last first
+    return tracker
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_grouped_disk_plans_are_valid_and_counted_on_random_chains(seed):
+    from bincheck.schedule.chain import Chain
+    from bincheck.schedule.disk import DiskPlan, GroupedDisk
+    r = numpy.random.RandomState(seed)
+    n = int(r.randint(40, 400))
+    plain = r.rand(n) + 0.1
+    cuts = r.randint(1, 1000, n + 1)
+    chain = Chain(plain, 3 * plain, r.randint(1, 500, n), cuts, 10_000)
+    memory = 10_000 + 5_000 + int(r.randint(5, 40)) * 1000
+    plan = GroupedDisk.best(chain, memory, write_seconds=0.5, read_seconds=0.5)
+    assert plan is not None
+    tracker = _walk(plan, n)
+    assert tracker.plain_steps == plan.plain_stages and tracker.taped_steps == n
+    assert tracker.peak_checkpoints <= plan.slots
+    assert (tracker.disk_writes, tracker.disk_reads) == (plan.disk_writes, plan.disk_reads)
+    # on its groups it is Disk-Revolve's optimum (tested against exhaustive search elsewhere)
+    assert plan.plan.plain_steps == DiskPlan(plan.stages, plan.slots, plan.plan.write_cost,
+                                             plan.plan.read_cost).plain_steps
+    # the RAM bytes it holds: stored snapshots at its boundaries, within its predicted peak
+    bounds, held, ram = plan.bounds, 0, set()
+    for action in plan:
+        if type(action).__name__ == "Snapshot" and action.storage == "ram":
+            ram.add(action.index)
+        elif type(action).__name__ == "Free":
+            ram.discard(action.index)
+        held = max(held, sum(int(cuts[c]) for c in ram))
+        assert all(c in bounds for c in ram)
+    assert chain.work + held <= plan.peak_bytes
+
+
+def test_a_uniform_chain_in_as_many_groups_as_stages_is_disk_revolve():
+    from bincheck.schedule.chain import Chain
+    from bincheck.schedule.disk import DiskPlan, GroupedDisk
+    n = 30
+    chain = Chain(numpy.ones(n), 3 * numpy.ones(n), numpy.ones(n, int),
+                  numpy.full(n + 1, 100), 0)
+    plan = GroupedDisk(chain, 100 * 12 + 1 + 4 * 8 * 31 + 100, n, 2.0, 3.0)
+    want = DiskPlan(n, plan.slots, 2.0, 2.0)        # a read ahead hides one step
+    assert plan.bounds == list(range(n + 1))
+    assert [repr(a) for a in plan] == [repr(a) for a in want]
+    assert plan.seconds == pytest.approx(want.cost + 3 * n)
