@@ -15,6 +15,7 @@ One concept per module, the same roles as :mod:`bincheck.autograd` (imports flow
 * :mod:`.loops`      :func:`binomial_checkpoint`
 * :mod:`.while_loop` :func:`checkpointed_while_loop`
 * :mod:`.trace`      any forward recorded as aten ops (values, externals, live sets, writes)
+* :mod:`.recorder`   the dispatch mode and saved-tensor hook that record a forward
 * :mod:`.ops`        what an aten op writes, draws and gives (for the recorder and replays)
 * :mod:`.replay`     the recorded ops replayed plain or taped: the stepper of a program's backward
 * :mod:`.program`    one gradient of a recorded forward: plan, and a backward that drives it

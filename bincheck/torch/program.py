@@ -39,7 +39,8 @@ from ..schedule.actions import Advance, Free, Reverse, Snapshot
 from ..schedule.binomial import Plan
 from ..schedule.chain import Chain, ChainPlan, chain_cost, minimum_memory
 from .replay import Replay, env_nbytes, replaying
-from .trace import Plan0, Trace, record
+from .recorder import Plan0, record
+from .trace import Trace
 
 # what a taped op costs beside three times its plain time (autograd's node, the replay's Python)
 TAPED_OVERHEAD_S = 2e-5
@@ -125,7 +126,7 @@ class ProgramCall:
         stats.ops = stats.plain_ops = tr.n
         stats.record_seconds = stats.plain_seconds = t1 - t0
         stats.trace_bytes = tr.nbytes
-        self.rng = any(op.rng is not None for op in tr.ops)
+        self.rng = tr.has_rng
         self.cuda_devices = sorted({t.device.index or 0 for t in tr.externals
                                     if t.device.type == "cuda"})
         return out
@@ -135,7 +136,7 @@ class ProgramCall:
         plan it expected, from its first taped segment with the snapshots it captured."""
         self.plan = plan
         self.stats.stages = plan.stages
-        self.uses = {v: len(ks) for v, ks in self.trace.savers.items()}
+        self.uses = self.trace.saver_counts()
         self.replay = Replay(self.trace, plan.bounds, self.stats)
         self.store = MemoryStore(size=env_nbytes)
         self.executor = Executor(plan.stages, {}, self.store)
@@ -207,14 +208,14 @@ class ProgramCall:
         materialized = self.replay.materialized
         t = materialized.get(v)
         if t is not None:
-            left = self.uses.get(v, 1) - 1
+            left = self.uses[v] - 1
             self.uses[v] = left
             if left <= 0:
                 del materialized[v]
         return t
 
     def _restart(self) -> None:
-        self.uses = {v: len(ks) for v, ks in self.trace.savers.items()}
+        self.uses = self.trace.saver_counts()
         self.store = MemoryStore(size=env_nbytes)
         self.executor = Executor(self.plan.stages, {}, self.store)
         self.actions = iter(self.plan.actions)

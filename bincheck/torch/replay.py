@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from array import array
 from typing import Callable, Iterator
 
 import torch
@@ -20,7 +21,7 @@ import torch
 from ..runtime.errors import NondeterministicStepError
 from ..runtime.stats import ProgramStats
 from .ops import fingerprint, set_rng_state, tensors_of, unflatten_args
-from .trace import Op, Trace
+from .trace import Trace
 
 
 def env_nbytes(env: dict) -> int:
@@ -43,53 +44,72 @@ class Replay:
         self.tr, self.bounds, self.stats = trace, bounds, stats
         self.materialized: dict[int, torch.Tensor] = {}
         n = trace.n
-        # the values to drop after each op: those it reads or makes for the last time
-        self.dies: list[list[int]] = [[] for _ in range(n)]
-        for v, u in enumerate(trace.last):
+        # the values to drop after each op (those it reads or makes for the last time), by op
+        last = trace.last
+        count = array("i", [0]) * (n + 1)
+        for u in last:
             if u < n:
-                self.dies[u].append(v)
-        # the values each op makes: its tensor results, then the arguments it writes into
-        self.made = [op.outs + tuple(w for _, w in op.writes) for op in trace.ops]
+                count[u + 1] += 1
+        for k in range(n):
+            count[k + 1] += count[k]
+        self.dies_start, fill = count, array("i", count)
+        self.dies = array("i", [0]) * count[n]
+        for v, u in enumerate(last):
+            if u < n:
+                self.dies[fill[u]] = v
+                fill[u] += 1
 
-    def run(self, op: Op, get: Callable[[int], torch.Tensor], k: int) -> list:
-        flat = list(op.consts)
-        for pos, v in op.slots:
-            flat[pos] = get(v)
-        for pos in op.copies:
-            flat[pos] = flat[pos].detach().clone()
-        args, kwargs = unflatten_args(flat, op.spec)
-        if op.rng is not None:
-            set_rng_state(op.rng)
-        out = op.func(*args, **kwargs)
+    def run(self, k: int, get: Callable[[int], torch.Tensor]) -> list:
+        tr = self.tr
+        func, spec, consts, positions, open_ = tr.templates[tr.tmpl[k]]
+        flat = list(consts)
+        ids, s0 = tr.slot_ids, tr.start[k]
+        for j, pos in enumerate(positions):
+            flat[pos] = get(ids[s0 + j])
+        s0 += len(positions)
+        for j, pos in enumerate(open_):
+            flat[pos] = ids[s0 + j]
+        extra = tr.extra.get(k)
+        if extra is not None:
+            writes, copies, rng = extra
+            for pos in copies:
+                flat[pos] = flat[pos].detach().clone()
+            if rng is not None:
+                set_rng_state(rng)
+        args, kwargs = unflatten_args(flat, spec)
+        out = func(*args, **kwargs)
         results = tensors_of(out)
-        results += [flat[pos] for pos, _ in op.writes]
-        prints = self.tr.prints
+        if extra is not None:
+            results += [flat[pos] for pos, _ in extra[0]]
+        prints = tr.prints
         if prints is not None:
-            for v, r in zip(self.made[k], results):
+            for v, r in zip(tr.made(k), results):
                 if fingerprint(r) != prints[v]:
                     raise NondeterministicStepError(
-                        f"verify=True: op {k} ({op.func}) gave another value when replayed "
+                        f"verify=True: op {k} ({func}) gave another value when replayed "
                         f"than when the forward ran: the function reads state that changed "
                         f"since (a tensor written in place outside it?) or draws random "
                         f"numbers outside torch's generators; the gradient would be wrong")
         return results
 
     def _replay(self, env: dict, a: int, b: int, keep: Callable[[int], bool] | None) -> dict:
-        tr, dies, made = self.tr, self.dies, self.made
-        ext = tr.externals
+        tr, dies, dies_start = self.tr, self.dies, self.dies_start
+        ext, first, nout, extra = tr.externals, tr.first, tr.nout, tr.extra
         get = lambda v: env[v] if v >= 0 else ext[-1 - v]  # noqa: E731
         kept: dict[int, torch.Tensor] = {}
         if keep is not None:
             kept = {v: t for v, t in env.items() if keep(v)}
         with torch.no_grad():
             for k in range(a, b):
-                results = self.run(tr.ops[k], get, k)
-                for v, r in zip(made[k], results):
+                results = self.run(k, get)
+                f = first[k]
+                made = range(f, f + nout[k]) if k not in extra else tr.made(k)
+                for v, r in zip(made, results):
                     env[v] = r
                     if keep is not None and keep(v):
                         kept[v] = r
-                for v in dies[k]:
-                    env.pop(v, None)
+                for j in range(dies_start[k], dies_start[k + 1]):
+                    env.pop(dies[j], None)
         return kept
 
     def advance(self, env: dict, start: int, stop: int) -> dict:
@@ -108,7 +128,7 @@ class Replay:
         savers = self.tr.savers
 
         def keep(v: int) -> bool:
-            return any(a - 1 <= k < b for k in savers.get(v, ()))
+            return any(a - 1 <= k < b for k in savers(v))
         self.materialized = self._replay(dict(env), a, b, keep)
         self.stats.taped_ops += b - a
         self.stats.tape_seconds += time.perf_counter() - t0

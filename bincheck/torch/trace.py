@@ -26,60 +26,71 @@ What the trace records beside the ops, so that a replay is the recorded run:
 from __future__ import annotations
 
 import sys
-import time
-import weakref
-from typing import Callable
+from array import array
+from typing import Any, Callable
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from .ops import (fingerprint, flatten_args, no_dispatch, rng_state, tensors_of,
-                  written_positions)
-
-# what an op costs in the trace beside its constants (the Op object, its tuples, list slots;
-# sys.getsizeof of a recorded conv op's parts: about 0.5 kB)
-OP_OVERHEAD_B = 480
+_SCALARS = (bool, int, float, complex, str, type(None))
+OPEN_AFTER = 4          # templates differing only in integers before those are left open
 
 
-class Op:
-    """One recorded aten op: ``func`` on ``consts`` (the flattened ``(args, kwargs)`` with the
-    tensors left out) with ``slots`` ``(position, value id)`` filled in; its tensor results are
-    the values ``outs``; ``writes`` ``(position, value id)`` the arguments it writes into (a new
-    value each); ``copies`` the positions a replay copies before the op (externals it writes);
-    ``rng`` the generator states to set before it."""
+def _const_key(c: Any) -> Any:
+    """What identifies a constant argument in a template: scalars, dtypes, devices, layouts and
+    memory formats by type and value (a float by its repr too: ``-0.0`` is not ``0.0``), lists
+    and tuples of them likewise, anything else by identity."""
+    t = type(c)
+    if t in _SCALARS or isinstance(c, (torch.dtype, torch.device, torch.layout,
+                                       torch.memory_format)):
+        return (t, c, repr(c)) if t is float else (t, c)
+    if t is list or t is tuple:
+        return (t, tuple(_const_key(x) for x in c))
+    return (id(c),)
 
-    __slots__ = ("func", "spec", "consts", "slots", "outs", "writes", "copies", "rng")
 
-    def __init__(self, func, spec, consts, slots, outs, writes, copies, rng) -> None:
-        self.func, self.spec, self.consts, self.slots = func, spec, consts, slots
-        self.outs, self.writes, self.copies, self.rng = outs, writes, copies, rng
-
-
-def _storage(t: torch.Tensor) -> tuple[int, int]:
+def storage_of(t: torch.Tensor) -> tuple[int, int]:
     s = t.untyped_storage()
     return s.data_ptr(), s.nbytes()
 
 
 class Trace:
-    """The ops of one forward, their values' sizes, liveness and groups, and the externals."""
+    """The ops of one forward, their values' sizes, liveness and groups, and the externals.
+
+    Compact, as autograd's own trace (:mod:`bincheck.autograd.trace`): an op is its *template*
+    (the aten op, its argument spec, its constant arguments, the positions of its tensors;
+    repeated code shares one) and, in typed arrays, its template's index, its tensor arguments'
+    value ids (from ``start[k]``) followed by the integers its template leaves open (``xs[t]``'s
+    index: one template for every ``t``), the first value it makes and how many results it has. Values
+    are numbered in the order ops make them: op ``k`` makes ``first[k] .. first[k + 1] - 1``,
+    its results first, then a value for each argument it writes into that it did not return.
+    The rare ops that write, copy externals or draw random numbers keep those in ``extra``.
+    Per value: the op that made it, its last reader, its storage group, the ops whose nodes
+    saved it (``saver_ks[saver_start[v]:saver_start[v + 1]]`` once :meth:`finish` ran)."""
 
     def __init__(self) -> None:
-        self.ops: list[Op] = []
+        # (func, spec, consts, tensor positions, positions of the integers left open)
+        self.templates: list[tuple] = []
+        self._tkeys: dict = {}
+        self._open: dict = {}
+        self.tmpl, self.start, self.slot_ids = array("i"), array("i"), array("i")
+        self.first, self.nout = array("i"), array("i")
+        self.extra: dict[int, tuple] = {}     # op -> (writes, copies, rng state or None)
         self.externals: list[torch.Tensor] = []
-        self.seconds: list[float] = []
-        self.tape: list[int] = []             # bytes autograd saved at each op (new values)
-        self.out_bytes: list[int] = []
-        self.defined: list[int] = []          # per value: the op that made it
-        self.last: list[int] = []             # per value: the last op that reads it (n: output)
-        self.group: list[int] = []            # per value: its storage group
-        self.group_bytes: list[int] = []
+        self.seconds = array("d")
+        self.tape = array("q")                # bytes autograd saved at each op (new values)
+        self.out_bytes = array("q")
+        self.defined = array("i")             # per value: the op that made it
+        self.last = array("i")                # per value: the last op that reads it (n: output)
+        self.group = array("i")               # per value: its storage group
+        self.group_bytes = array("q")
         self.last_write: dict[int, int] = {}  # group -> last op writing into it
         self.ext_group: list[int] = []
         self.ext_grad: list[bool] = []         # per external: did it require grad
         self.ext_written: list[bool] = []
         self.written: list = []               # (external, its value before the first write)
-        self.savers: dict[int, list[int]] = {}   # value -> ops whose nodes saved it
+        self.saver_v, self.saver_ks = array("i"), array("i")   # (value, op whose node saved it)
+        self.saver_start = array("i")
         self.versions: list = []              # per external read as is: its version after
         self.prints: dict[int, tuple] | None = None
         self.rng_bytes = 0
@@ -88,16 +99,89 @@ class Trace:
 
     @property
     def n(self) -> int:
-        return len(self.ops)
+        return len(self.tmpl)
+
+    @property
+    def has_rng(self) -> bool:
+        return any(e[2] is not None for e in self.extra.values())
+
+    def template(self, func: Any, spec: tuple, consts: list, positions: tuple) -> tuple:
+        """Op's template index and the integers it leaves open (written after the op's value
+        ids): a template of its own while fewer than ``OPEN_AFTER`` ops differed from it only
+        in integer constants (``xs[t]``'s index), then one template for all of them."""
+        keys = [_const_key(c) for c in consts]
+        key = (func, spec, positions, tuple(keys))
+        index = self._tkeys.get(key)
+        if index is not None:
+            return index, ()
+        open_ = tuple(i for i, c in enumerate(consts) if type(c) is int and -2**31 <= c < 2**31)
+        if open_:
+            shape = ("open", func, spec, positions,
+                     tuple(None if i in open_ else k for i, k in enumerate(keys)))
+            index = self._open.get(shape)
+            seen = self._tkeys.get(shape, 0) + 1
+            if index is None and seen >= OPEN_AFTER:
+                held = tuple(None if i in open_ else c for i, c in enumerate(consts))
+                index = self._open[shape] = len(self.templates)
+                self.templates.append((func, spec, held, positions, open_))
+            if index is not None:
+                return index, [consts[i] for i in open_]
+            self._tkeys[shape] = seen
+        index = self._tkeys[key] = len(self.templates)
+        self.templates.append((func, spec, tuple(consts), positions, ()))
+        return index, ()
+
+    def slots(self, k: int) -> Any:
+        """Op ``k``'s tensor arguments' value ids (< 0: externals), in its positions' order."""
+        return self.slot_ids[self.start[k]:self.start[k] + len(self.templates[self.tmpl[k]][3])]
+
+    def made(self, k: int) -> list[int]:
+        """The values op ``k``'s replay gives, in order: its results, then the values of the
+        arguments it writes into."""
+        f = self.first[k]
+        extra = self.extra.get(k)
+        return list(range(f, f + self.nout[k])) + ([w for _, w in extra[0]] if extra else [])
+
+    def finish(self) -> None:
+        """The savers by value (counting sort), and the recording's key table dropped."""
+        self._tkeys, self._open = {}, {}
+        self.first.append(len(self.defined))
+        count = array("i", [0]) * (len(self.defined) + 1)
+        for v in self.saver_v:
+            count[v + 1] += 1
+        for v in range(len(self.defined)):
+            count[v + 1] += count[v]
+        ks = array("i", [0]) * len(self.saver_v)
+        fill = array("i", count)
+        for v, k in zip(self.saver_v, self.saver_ks):
+            ks[fill[v]] = k
+            fill[v] += 1
+        self.saver_start, self.saver_ks, self.saver_v = count, ks, array("i")
+
+    def savers(self, v: int) -> Any:
+        return self.saver_ks[self.saver_start[v]:self.saver_start[v + 1]]
+
+    def saver_counts(self) -> array:
+        """How many nodes saved each value (an array indexed by value)."""
+        s = self.saver_start
+        return array("i", (s[v + 1] - s[v] for v in range(len(s) - 1)))
 
     @property
     def nbytes(self) -> int:
-        """What the trace holds beyond the user's tensors: its ops and per-value columns, the
-        generator states of random ops and the copies of externals written in place."""
-        consts = sum(sys.getsizeof(c) for op in self.ops for c in op.consts
-                     if not isinstance(c, (int, float, bool, type(None))))
-        return self.n * OP_OVERHEAD_B + 40 * len(self.defined) + consts + self.rng_bytes + \
-            self.copied_bytes
+        """What the trace holds beyond the user's tensors: its arrays, templates and sparse
+        entries, the generator states of random ops and the copies of externals written in
+        place."""
+        arrays = (self.tmpl, self.start, self.slot_ids, self.first, self.nout, self.seconds,
+                  self.tape, self.out_bytes, self.defined, self.last, self.group,
+                  self.group_bytes, self.saver_start, self.saver_ks, self.saver_v)
+        held = sum(sys.getsizeof(a) for a in arrays)
+        held += sys.getsizeof(self.templates) + sum(
+            sys.getsizeof(t) + sys.getsizeof(t[1]) + sys.getsizeof(t[2]) + sys.getsizeof(t[3]) +
+            sys.getsizeof(t[4]) +
+            sum(sys.getsizeof(c) for c in t[2] if not isinstance(c, (bool, type(None))))
+            for t in self.templates)
+        held += sys.getsizeof(self.extra) + 200 * len(self.extra)
+        return held + self.rng_bytes + self.copied_bytes
 
     def check_versions(self) -> None:
         """Raise if a tensor the forward read (and did not write) was written in place since:
@@ -156,233 +240,3 @@ class Trace:
             diff[a] += self.group_bytes[g]
             diff[min(hi[g], n) + 1] -= self.group_bytes[g]
         return np.cumsum(diff)[:n + 1]
-
-
-class Saved:
-    """What autograd holds for a saved tensor: a recorded value's id (its tensor is fetched
-    at unpack), or an external tensor itself."""
-
-    __slots__ = ("v", "t")
-
-    def __init__(self, v: int, t: torch.Tensor | None) -> None:
-        self.v, self.t = v, t
-
-
-class Plan0:
-    """What the forward does for a plan it expects (the last call's, if this call records the
-    same ops): the live sets it captures as snapshots, and from which op it keeps what autograd
-    saves (the plan's first taped segment)."""
-
-    __slots__ = ("capture", "keep_from")
-
-    def __init__(self, capture: dict[int, tuple], keep_from: int | None) -> None:
-        self.capture, self.keep_from = capture, keep_from
-
-
-class _Recorder(TorchDispatchMode):
-    def __init__(self, trace: Trace, rng: bool, plan0: Plan0 | None, verify: bool) -> None:
-        super().__init__()
-        self.tr, self.rng = trace, rng
-        self.pending = 0                          # saved bytes for the op about to be recorded
-        self.capture = plan0.capture if plan0 is not None else {}
-        self.keep_from = plan0.keep_from if plan0 is not None else None
-        self.need: dict[int, int] = {}            # value -> last cut capturing it
-        for c, vs in self.capture.items():
-            for v in vs:
-                self.need[v] = max(self.need.get(v, 0), c)
-        self.hold: dict[int, torch.Tensor] = {}
-        self.captured: dict[int, dict] = {}
-        self.kept: dict[int, torch.Tensor] = {}
-        if verify:
-            trace.prints = {}
-        self.ids: dict[int, int] = {}             # id(tensor) -> value, while it lives
-        self.refs: dict[int, weakref.ref] = {}
-        self.ext: dict[int, int] = {}
-        self.ptr_group: dict[int, int] = {}       # data_ptr -> group, for externals only
-        self.saved: set[int] = set()
-        self.ext_groups: set[int] = set()
-        self.ext_versions: set[int] = set()      # values that are an external, written
-
-    def value_of(self, t: torch.Tensor) -> int:
-        """The value id of ``t``: >= 0 a recorded value, < 0 external ``-1 - index``."""
-        v = self.ids.get(id(t))
-        if v is not None:
-            return v
-        e = self.ext.get(id(t))
-        if e is None:
-            tr = self.tr
-            e = len(tr.externals)
-            tr.externals.append(t)
-            tr.ext_grad.append(t.requires_grad)
-            tr.ext_written.append(False)
-            self.ext[id(t)] = e
-            ptr, nb = _storage(t)
-            g = self.ptr_group.get(ptr) if ptr else None
-            if g is None:
-                g = len(tr.group_bytes)
-                tr.group_bytes.append(0)          # externals are the user's: no bytes here
-                if ptr:
-                    self.ptr_group[ptr] = g
-            tr.ext_group.append(g)
-            self.ext_groups.add(g)
-        return -1 - e
-
-    def _group(self, v: int) -> int:
-        return self.tr.group[v] if v >= 0 else self.tr.ext_group[-1 - v]
-
-    def new_value(self, t: torch.Tensor, k: int, group: int) -> int:
-        tr = self.tr
-        v = len(tr.defined)
-        tr.defined.append(k)
-        tr.last.append(k)
-        tr.group.append(group)
-        self.remember(t, v)
-        return v
-
-    def remember(self, t: torch.Tensor, v: int) -> None:
-        """``t`` is value ``v`` until it dies (its id may then be another tensor's)."""
-        i = id(t)
-        self.ids[i] = v
-        if i not in self.refs:
-            ids, refs = self.ids, self.refs
-
-            def forget(_: weakref.ref, i: int = i) -> None:
-                ids.pop(i, None)
-                refs.pop(i, None)
-            self.refs[i] = weakref.ref(t, forget)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        tr = self.tr
-        k = tr.n
-        if k in self.capture:                     # a snapshot the expected plan keeps
-            hold = self.hold
-            self.captured[k] = {v: hold[v] for v in self.capture[k] if v in hold}
-            for v in [v for v in hold if self.need[v] <= k]:
-                del hold[v]
-        flat, spec = flatten_args(args, kwargs)
-        slots, consts = [], list(flat)
-        ptrs: dict[int, int] = {}
-        for pos, a in enumerate(flat):
-            if isinstance(a, torch.Tensor):
-                v = self.value_of(a)
-                slots.append((pos, v))
-                consts[pos] = None
-                if v >= 0:
-                    tr.last[v] = k
-                ptr = a.untyped_storage().data_ptr()
-                if ptr:
-                    ptrs.setdefault(ptr, self._group(v))
-        written = written_positions(func, flat, spec)
-        copies = []
-        for pos in written:
-            v = dict(slots)[pos]
-            if v < 0:
-                e = -1 - v
-                t = tr.externals[e]
-                if self.ids.get(id(t)) is None and id(t) in self.ext:
-                    # its first write: the trace keeps its value from before, for replays
-                    with no_dispatch():
-                        tr.externals[e] = t.detach().clone()
-                    tr.ext_written[e] = True
-                    tr.written.append((t, tr.externals[e]))
-                    tr.copied_bytes += t.untyped_storage().nbytes()
-                copies.append(pos)
-            elif tr.group[v] in self.ext_groups and v not in self.ext_versions:
-                raise NotImplementedError(
-                    f"bincheck.torch: {func} writes in place into a view of a tensor the "
-                    f"checkpointed function did not create (a parameter, buffer or argument); "
-                    f"write into the tensor itself, or out of place")
-        state = None
-        if self.rng and torch.Tag.nondeterministic_seeded in func.tags:
-            device = next((a.device for a in flat if isinstance(a, torch.Tensor)),
-                          kwargs.get("device") or torch.device("cpu"))
-            state = rng_state(torch.device(device))
-            tr.rng_bytes += state[2].numel()
-        t0 = time.perf_counter()
-        out = func(*args, **kwargs)
-        tr.seconds.append(time.perf_counter() - t0)
-        outs, out_bytes = [], 0
-        for o in tensors_of(out):
-            ptr, nb = _storage(o)
-            g = ptrs.get(ptr) if ptr else None
-            if g is None:
-                g = len(tr.group_bytes)
-                tr.group_bytes.append(nb)
-                out_bytes += nb
-            outs.append(self.new_value(o, k, g))
-        writes = []
-        for pos in written:
-            t = flat[pos]
-            v = self.ids.get(id(t))
-            if v is None or tr.defined[v] != k:       # not returned: a new value of its own
-                g = self._group(dict(slots)[pos])
-                v = self.new_value(t, k, g)
-            writes.append((pos, v))
-            tr.last_write[tr.group[v]] = k
-            if tr.group[v] in self.ext_groups:
-                self.ext_versions.add(v)
-        tr.ops.append(Op(func, spec, consts, tuple(slots), tuple(outs), tuple(writes),
-                         tuple(copies), state))
-        tr.out_bytes.append(out_bytes)
-        tr.tape.append(self.pending)
-        self.pending = 0
-        if self.need or tr.prints is not None:
-            made = tensors_of(out)
-            made += [flat[pos] for pos, _ in writes]
-            for v, t in zip(outs + [w for _, w in writes], made):
-                if v in self.need:
-                    self.hold[v] = t
-                if tr.prints is not None:
-                    tr.prints[v] = fingerprint(t)
-        # the ops, their shapes and their wiring: a call with the same signature records the
-        # same values, live sets and writes, so the last call's plan is this one's
-        tr.signature = hash((tr.signature, func, tuple(slots), tuple(
-            tuple(flat[p].shape) for p, _ in slots)))
-        return out
-
-    def pack(self, t: torch.Tensor) -> Saved:
-        v = self.ids.get(id(t))
-        tr = self.tr
-        if v is None:                             # an external (or a tensor never dispatched)
-            return Saved(-1, t)
-        # the op whose node saves it: the last one recorded for its own result, else the next
-        # (an input is saved before its op reaches the dispatcher)
-        k = tr.n - 1 if tr.defined[v] == tr.n - 1 else tr.n
-        tr.savers.setdefault(v, []).append(k)
-        g = tr.group[v]
-        if g not in self.saved:                   # a storage counts once, whichever version
-            self.saved.add(g)
-            nb = tr.group_bytes[g]
-            if k == tr.n:
-                self.pending += nb
-            else:
-                tr.tape[k] += nb
-        if self.keep_from is not None and k >= self.keep_from - 1:
-            self.kept[v] = t
-        return Saved(v, None)
-
-
-def record(fn: Callable, args: tuple, kwargs: dict, rng: bool, unpack: Callable,
-           plan0: Plan0 | None = None, verify: bool = False) -> tuple:
-    """Run ``fn(*args, **kwargs)`` once, recording it: ``(trace, result, value ids of the
-    result's tensor leaves, recorder)`` (a result leaf the trace did not make is an external:
-    id < 0). Autograd's saved tensors become :class:`Saved` handles that ``unpack`` resolves."""
-    tr = Trace()
-    rec = _Recorder(tr, rng, plan0, verify)
-    with torch.autograd.graph.saved_tensors_hooks(rec.pack, unpack), rec:
-        out = fn(*args, **kwargs)
-    from torch.utils._pytree import tree_flatten
-    leaves = tree_flatten(out)[0]
-    ids = []
-    for o in leaves:
-        if isinstance(o, torch.Tensor):
-            v = rec.value_of(o)
-            if v >= 0:
-                tr.last[v] = tr.n
-            ids.append(v)
-        else:
-            ids.append(None)
-    rec.hold.clear()
-    tr.versions = [None if w else t._version for t, w in zip(tr.externals, tr.ext_written)]
-    return tr, out, ids, rec

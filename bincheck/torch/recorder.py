@@ -1,0 +1,257 @@
+"""Recording one forward as a :class:`~.trace.Trace`: the ``TorchDispatchMode`` that writes down
+every aten op the user's function reaches, and the saved-tensor hook that replaces what autograd
+saves by a handle (see :mod:`.trace` for what is recorded and why).
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .ops import (fingerprint, flatten_args, no_dispatch, rng_state, tensors_of,
+                  written_positions)
+from .trace import Trace, storage_of
+
+
+class Saved:
+    """What autograd holds for a saved tensor: a recorded value's id (its tensor is fetched
+    at unpack), or an external tensor itself."""
+
+    __slots__ = ("v", "t")
+
+    def __init__(self, v: int, t: torch.Tensor | None) -> None:
+        self.v, self.t = v, t
+
+
+class Plan0:
+    """What the forward does for a plan it expects (the last call's, if this call records the
+    same ops): the live sets it captures as snapshots, and from which op it keeps what autograd
+    saves (the plan's first taped segment)."""
+
+    __slots__ = ("capture", "keep_from")
+
+    def __init__(self, capture: dict[int, tuple], keep_from: int | None) -> None:
+        self.capture, self.keep_from = capture, keep_from
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self, trace: Trace, rng: bool, plan0: Plan0 | None, verify: bool) -> None:
+        super().__init__()
+        self.tr, self.rng = trace, rng
+        self.pending = 0                          # saved bytes for the op about to be recorded
+        self.capture = plan0.capture if plan0 is not None else {}
+        self.keep_from = plan0.keep_from if plan0 is not None else None
+        self.need: dict[int, int] = {}            # value -> last cut capturing it
+        for c, vs in self.capture.items():
+            for v in vs:
+                self.need[v] = max(self.need.get(v, 0), c)
+        self.hold: dict[int, torch.Tensor] = {}
+        self.captured: dict[int, dict] = {}
+        self.kept: dict[int, torch.Tensor] = {}
+        if verify:
+            trace.prints = {}
+        self.ids: dict[int, int] = {}             # id(tensor) -> value, while it lives
+        self.refs: dict[int, weakref.ref] = {}
+        self.ext: dict[int, int] = {}
+        self.ptr_group: dict[int, int] = {}       # data_ptr -> group, for externals only
+        self.saved: set[int] = set()
+        self.ext_groups: set[int] = set()
+        self.ext_versions: set[int] = set()      # values that are an external, written
+
+    def value_of(self, t: torch.Tensor) -> int:
+        """The value id of ``t``: >= 0 a recorded value, < 0 external ``-1 - index``."""
+        v = self.ids.get(id(t))
+        if v is not None:
+            return v
+        e = self.ext.get(id(t))
+        if e is None:
+            tr = self.tr
+            e = len(tr.externals)
+            tr.externals.append(t)
+            tr.ext_grad.append(t.requires_grad)
+            tr.ext_written.append(False)
+            self.ext[id(t)] = e
+            ptr, nb = storage_of(t)
+            g = self.ptr_group.get(ptr) if ptr else None
+            if g is None:
+                g = len(tr.group_bytes)
+                tr.group_bytes.append(0)          # externals are the user's: no bytes here
+                if ptr:
+                    self.ptr_group[ptr] = g
+            tr.ext_group.append(g)
+            self.ext_groups.add(g)
+        return -1 - e
+
+    def _group(self, v: int) -> int:
+        return self.tr.group[v] if v >= 0 else self.tr.ext_group[-1 - v]
+
+    def new_value(self, t: torch.Tensor, k: int, group: int) -> int:
+        tr = self.tr
+        v = len(tr.defined)
+        tr.defined.append(k)
+        tr.last.append(k)
+        tr.group.append(group)
+        self.remember(t, v)
+        return v
+
+    def remember(self, t: torch.Tensor, v: int) -> None:
+        """``t`` is value ``v`` until it dies (its id may then be another tensor's)."""
+        i = id(t)
+        self.ids[i] = v
+        if i not in self.refs:
+            ids, refs = self.ids, self.refs
+
+            def forget(_: weakref.ref, i: int = i) -> None:
+                ids.pop(i, None)
+                refs.pop(i, None)
+            self.refs[i] = weakref.ref(t, forget)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tr = self.tr
+        k = tr.n
+        if k in self.capture:                     # a snapshot the expected plan keeps
+            hold = self.hold
+            self.captured[k] = {v: hold[v] for v in self.capture[k] if v in hold}
+            for v in [v for v in hold if self.need[v] <= k]:
+                del hold[v]
+        flat, spec = flatten_args(args, kwargs)
+        slots, consts = [], list(flat)
+        ptrs: dict[int, int] = {}
+        for pos, a in enumerate(flat):
+            if isinstance(a, torch.Tensor):
+                v = self.value_of(a)
+                slots.append((pos, v))
+                consts[pos] = None
+                if v >= 0:
+                    tr.last[v] = k
+                ptr = a.untyped_storage().data_ptr()
+                if ptr:
+                    ptrs.setdefault(ptr, self._group(v))
+        written = written_positions(func, flat, spec)
+        by_pos = dict(slots)
+        copies = []
+        for pos in written:
+            v = by_pos[pos]
+            if v < 0:
+                e = -1 - v
+                t = tr.externals[e]
+                if self.ids.get(id(t)) is None and id(t) in self.ext:
+                    # its first write: the trace keeps its value from before, for replays
+                    with no_dispatch():
+                        tr.externals[e] = t.detach().clone()
+                    tr.ext_written[e] = True
+                    tr.written.append((t, tr.externals[e]))
+                    tr.copied_bytes += t.untyped_storage().nbytes()
+                copies.append(pos)
+            elif tr.group[v] in self.ext_groups and v not in self.ext_versions:
+                raise NotImplementedError(
+                    f"bincheck.torch: {func} writes in place into a view of a tensor the "
+                    f"checkpointed function did not create (a parameter, buffer or argument); "
+                    f"write into the tensor itself, or out of place")
+        state = None
+        if self.rng and torch.Tag.nondeterministic_seeded in func.tags:
+            device = next((a.device for a in flat if isinstance(a, torch.Tensor)),
+                          kwargs.get("device") or torch.device("cpu"))
+            state = rng_state(torch.device(device))
+            tr.rng_bytes += state[2].numel()
+        t0 = time.perf_counter()
+        out = func(*args, **kwargs)
+        tr.seconds.append(time.perf_counter() - t0)
+        tr.first.append(len(tr.defined))
+        outs, out_bytes = [], 0
+        for o in tensors_of(out):
+            ptr, nb = storage_of(o)
+            g = ptrs.get(ptr) if ptr else None
+            if g is None:
+                g = len(tr.group_bytes)
+                tr.group_bytes.append(nb)
+                out_bytes += nb
+            outs.append(self.new_value(o, k, g))
+        writes = []
+        for pos in written:
+            t = flat[pos]
+            v = self.ids.get(id(t))
+            if v is None or tr.defined[v] != k:       # not returned: a new value of its own
+                g = self._group(by_pos[pos])
+                v = self.new_value(t, k, g)
+            writes.append((pos, v))
+            tr.last_write[tr.group[v]] = k
+            if tr.group[v] in self.ext_groups:
+                self.ext_versions.add(v)
+        index, words = tr.template(func, spec, consts, tuple(p for p, _ in slots))
+        tr.tmpl.append(index)
+        tr.start.append(len(tr.slot_ids))
+        tr.slot_ids.extend(v for _, v in slots)
+        tr.slot_ids.extend(words)
+        tr.nout.append(len(outs))
+        if writes or copies or state is not None:
+            tr.extra[k] = (tuple(writes), tuple(copies), state)
+        tr.out_bytes.append(out_bytes)
+        tr.tape.append(self.pending)
+        self.pending = 0
+        if self.need or tr.prints is not None:
+            made = tensors_of(out)
+            made += [flat[pos] for pos, _ in writes]
+            for v, t in zip(outs + [w for _, w in writes], made):
+                if v in self.need:
+                    self.hold[v] = t
+                if tr.prints is not None:
+                    tr.prints[v] = fingerprint(t)
+        # the ops, their shapes and their wiring: a call with the same signature records the
+        # same values, live sets and writes, so the last call's plan is this one's
+        tr.signature = hash((tr.signature, func, tuple(slots), tuple(
+            tuple(flat[p].shape) for p, _ in slots)))
+        return out
+
+    def pack(self, t: torch.Tensor) -> Saved:
+        v = self.ids.get(id(t))
+        tr = self.tr
+        if v is None:                             # an external (or a tensor never dispatched)
+            return Saved(-1, t)
+        # the op whose node saves it: the last one recorded for its own result, else the next
+        # (an input is saved before its op reaches the dispatcher)
+        k = tr.n - 1 if tr.defined[v] == tr.n - 1 else tr.n
+        tr.saver_v.append(v)
+        tr.saver_ks.append(k)
+        g = tr.group[v]
+        if g not in self.saved:                   # a storage counts once, whichever version
+            self.saved.add(g)
+            nb = tr.group_bytes[g]
+            if k == tr.n:
+                self.pending += nb
+            else:
+                tr.tape[k] += nb
+        if self.keep_from is not None and k >= self.keep_from - 1:
+            self.kept[v] = t
+        return Saved(v, None)
+
+
+def record(fn: Callable, args: tuple, kwargs: dict, rng: bool, unpack: Callable,
+           plan0: Plan0 | None = None, verify: bool = False) -> tuple:
+    """Run ``fn(*args, **kwargs)`` once, recording it: ``(trace, result, value ids of the
+    result's tensor leaves, recorder)`` (a result leaf the trace did not make is an external:
+    id < 0). Autograd's saved tensors become :class:`Saved` handles that ``unpack`` resolves."""
+    tr = Trace()
+    rec = _Recorder(tr, rng, plan0, verify)
+    with torch.autograd.graph.saved_tensors_hooks(rec.pack, unpack), rec:
+        out = fn(*args, **kwargs)
+    from torch.utils._pytree import tree_flatten
+    leaves = tree_flatten(out)[0]
+    ids = []
+    for o in leaves:
+        if isinstance(o, torch.Tensor):
+            v = rec.value_of(o)
+            if v >= 0:
+                tr.last[v] = tr.n
+            ids.append(v)
+        else:
+            ids.append(None)
+    rec.hold.clear()
+    tr.finish()
+    tr.versions = [None if w else t._version for t, w in zip(tr.externals, tr.ext_written)]
+    return tr, out, ids, rec
