@@ -422,14 +422,17 @@ def test_ddp_with_two_gloo_processes_trains_as_the_plain_model(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
         [here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")]))
     worker = os.path.join(here, "ddp_program_worker.py")
-    procs = [subprocess.Popen([sys.executable, worker, str(r), "2", init, out], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              start_new_session=True) for r in range(2)]
-    deadline, logs = time.monotonic() + 300, []
+    logs = [tmp_path / f"rank{r}.log" for r in range(2)]
+    procs = []
+    for r in range(2):
+        with open(logs[r], "wb") as log:       # a file: a full pipe cannot block a rank
+            procs.append(subprocess.Popen([sys.executable, worker, str(r), "2", init, out],
+                                          env=env, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+    deadline = time.monotonic() + 300
     try:
         for p in procs:
-            text, _ = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
-            logs.append(text.decode(errors="replace")[-3000:])
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         pass
     finally:                                  # never leave a rank behind, hung or not
@@ -437,7 +440,10 @@ def test_ddp_with_two_gloo_processes_trains_as_the_plain_model(tmp_path):
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-    assert [p.returncode for p in procs] == [0, 0], "\n".join(logs)
+    # each rank's output (a hung rank's stacks: the worker dumps them at 240 s)
+    told = [f"rank {r}: exit {p.returncode}\n" + logs[r].read_text(errors="replace")[-3000:]
+            for r, p in enumerate(procs)]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(told)
     for r in range(2):
         plain, checkpointed = torch.load(f"{out}.{r}")
         for a, b in zip(checkpointed, plain):
