@@ -287,12 +287,14 @@ class GroupedDisk:
     @classmethod
     def best(cls, chain: Any, memory: int, write_seconds: float, read_seconds: float,
              in_flight: int = 2, smallest: int = 16,
-             largest: int = 1024) -> "GroupedDisk | None":
+             largest: int = 2048) -> "GroupedDisk | None":
         """The plan of least predicted time over group counts ``smallest, 2 * smallest, ...``
-        up to ``largest`` (the disk table costs ``O(groups**2)``); None if none fits."""
+        up to ``largest`` (the disk table costs ``O(groups**2)``), and one stage a group where
+        the chain has at most ``largest`` (a group of several holds their tapes at once);
+        None if none fits."""
         found, g = None, smallest
         while True:
-            count = min(g, chain.n)
+            count = chain.n if g >= chain.n or 2 * g > largest >= chain.n else g
             try:
                 plan = cls(chain, memory, count, write_seconds, read_seconds, in_flight)
             except ValueError:
