@@ -44,7 +44,7 @@ def _const_key(c: Any) -> Any:
     if t in _SCALARS or isinstance(c, (torch.dtype, torch.device, torch.layout,
                                        torch.memory_format)):
         return (t, c, repr(c)) if t is float else (t, c)
-    if t is list or t is tuple:
+    if t is list or isinstance(c, tuple):          # torch.Size too
         return (t, tuple(_const_key(x) for x in c))
     return (id(c),)
 
@@ -130,10 +130,6 @@ class Trace:
         index = self._tkeys[key] = len(self.templates)
         self.templates.append((func, spec, tuple(consts), positions, ()))
         return index, ()
-
-    def slots(self, k: int) -> Any:
-        """Op ``k``'s tensor arguments' value ids (< 0: externals), in its positions' order."""
-        return self.slot_ids[self.start[k]:self.start[k] + len(self.templates[self.tmpl[k]][3])]
 
     def made(self, k: int) -> list[int]:
         """The values op ``k``'s replay gives, in order: its results, then the values of the
