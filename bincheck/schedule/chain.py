@@ -12,8 +12,9 @@ throughout (what a sweep holds whatever it does).
 
 **The memory model** (:func:`chain_cost` checks a stream against it, action by action): bytes
 held = ``work`` + the stored snapshots' ``cuts`` + the live cut's if it is not stored; while stage
-``k`` runs plain, its output cut and ``spike[k]`` too; while ``Reverse(a, b)`` runs, the tapes
-of stages ``a..b-1`` and the largest of their spikes. With ``num_ckpts`` instead, at most that many snapshots are held (cut 0 included,
+``k`` runs plain, its output cut and ``spike[k]`` too; while ``Reverse(a, b)`` pulls stage ``k``
+back, the tapes of stages ``a..k`` (those above are consumed), ``spike[k]``, and the adjoint's
+bytes at cut ``k + 1`` or at ``b`` (held while the segment is replayed), whichever is more. With ``num_ckpts`` instead, at most that many snapshots are held (cut 0 included,
 Revolve's convention) and one stage is taped at a time.
 
 **The planner** solves, for the state at cut ``i`` stored and the adjoint at cut ``j``, with
@@ -142,8 +143,8 @@ def chain_cost(chain: Chain, actions: Iterator[Action]) -> "ChainCost":
                 plain_s += plain[k]
             live = action.stop
         elif kind is Reverse:
-            peak = max(peak, base + live_bytes() + sum(tape[action.start:action.stop]) +
-                       max(spike[action.start:action.stop], default=0))
+            peak = max(peak, base - adj[adjoint] + live_bytes() +
+                       reverse_bytes(chain, action.start, action.stop))
             taped_s += sum(taped[action.start:action.stop])
             live, adjoint = None, action.start
         elif kind is Snapshot:
@@ -255,6 +256,16 @@ class ChainPlan:
         yield Free(0)
 
 
+def reverse_bytes(chain: Chain, a: int, b: int) -> int:
+    """What ``Reverse(a, b)`` holds at its worst beside the working set, the snapshots and its
+    input cut: while it pulls stage ``k`` back, the tapes of stages ``a..k`` (those above are
+    consumed), the adjoint's bytes at cut ``k + 1`` or at ``b`` (held while the segment is
+    replayed), whichever is more, and ``spike[k]``."""
+    held = np.cumsum(chain.tape[a:b]) + np.maximum(chain.adj[a + 1:b + 1], chain.adj[b]) + \
+        chain.spike[a:b]
+    return int(held.max())
+
+
 def minimum_memory(chain: Chain) -> int:
     """The least bytes the planner accepts for ``chain``: cut 0 and the working set, with each
     stage advanced to (two adjacent cuts) and taped alone from its input cut, the adjoint's
@@ -308,8 +319,12 @@ def grouped(chain: Chain, bounds: list[int]) -> Chain:
     taped = np.add.reduceat(chain.taped, b[:-1])
     tape = np.add.reduceat(chain.tape, b[:-1])
     spike = np.maximum.reduceat(chain.cuts[:-1] + chain.cuts[1:] + chain.spike, b[:-1])
+    # pulled back, a stage may hold more of the adjoint than its group's end cut
+    end = np.repeat(chain.adj[b[1:]], np.diff(b))
+    back = chain.spike + np.maximum(chain.adj[1:] - end, 0)
+    spike = np.maximum(spike, np.maximum.reduceat(back, b[:-1]))
     return Chain(plain, taped, tape, chain.cuts[b], chain.work, spike, chain.adj[b])
 
 
 __all__ = ["Chain", "ChainPlan", "ChainCost", "chain_cost", "group", "grouped",
-           "minimum_memory", "ScheduleError"]
+           "minimum_memory", "reverse_bytes", "ScheduleError"]
