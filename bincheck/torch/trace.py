@@ -68,8 +68,11 @@ class Trace:
         self.ops: list[Op] = []
         self.externals: list[torch.Tensor] = []
         self.seconds: list[float] = []
-        self.tape: list[int] = []             # bytes autograd saved at each op (new values)
         self.out_bytes: list[int] = []
+        self.grad_in: list[int] = []          # per op: bytes of the gradients its backward makes
+        self.grad_bytes: list[int] = []       # per value: its gradient's bytes (0: none)
+        self.ext_last: list[int] = []         # per external: the last op reading it
+        self.saved_groups: set[int] = set()   # storage groups autograd saved
         self.defined: list[int] = []          # per value: the op that made it
         self.last: list[int] = []             # per value: the last op that reads it (n: output)
         self.group: list[int] = []            # per value: its storage group
@@ -96,8 +99,8 @@ class Trace:
         generator states of random ops and the copies of externals written in place."""
         consts = sum(sys.getsizeof(c) for op in self.ops for c in op.consts
                      if not isinstance(c, (int, float, bool, type(None))))
-        return self.n * OP_OVERHEAD_B + 40 * len(self.defined) + consts + self.rng_bytes + \
-            self.copied_bytes
+        return self.n * (OP_OVERHEAD_B + 8) + 48 * len(self.defined) + consts + \
+            self.rng_bytes + self.copied_bytes
 
     def check_versions(self) -> None:
         """Raise if a tensor the forward read (and did not write) was written in place since:
@@ -140,23 +143,6 @@ class Trace:
         last = np.asarray(self.last)
         return lambda c: tuple(int(v) for v in np.flatnonzero((defined < c) & (last >= c)))
 
-    def cut_bytes(self) -> np.ndarray:
-        """Bytes live at each cut ``0..n``: each storage group with a value defined before the
-        cut and read after it, counted once."""
-        n = self.n
-        lo: dict[int, int] = {}
-        hi: dict[int, int] = {}
-        for v, g in enumerate(self.group):
-            d, u = self.defined[v] + 1, self.last[v]
-            if d <= u:
-                lo[g] = min(lo.get(g, d), d)
-                hi[g] = max(hi.get(g, u), u)
-        diff = np.zeros(n + 2, dtype=np.int64)
-        for g, a in lo.items():
-            diff[a] += self.group_bytes[g]
-            diff[min(hi[g], n) + 1] -= self.group_bytes[g]
-        return np.cumsum(diff)[:n + 1]
-
 
 class Saved:
     """What autograd holds for a saved tensor: a recorded value's id (its tensor is fetched
@@ -183,7 +169,6 @@ class _Recorder(TorchDispatchMode):
     def __init__(self, trace: Trace, rng: bool, plan0: Plan0 | None, verify: bool) -> None:
         super().__init__()
         self.tr, self.rng = trace, rng
-        self.pending = 0                          # saved bytes for the op about to be recorded
         self.capture = plan0.capture if plan0 is not None else {}
         self.keep_from = plan0.keep_from if plan0 is not None else None
         self.need: dict[int, int] = {}            # value -> last cut capturing it
@@ -199,7 +184,6 @@ class _Recorder(TorchDispatchMode):
         self.refs: dict[int, weakref.ref] = {}
         self.ext: dict[int, int] = {}
         self.ptr_group: dict[int, int] = {}       # data_ptr -> group, for externals only
-        self.saved: set[int] = set()
         self.ext_groups: set[int] = set()
         self.ext_versions: set[int] = set()      # values that are an external, written
 
@@ -214,6 +198,7 @@ class _Recorder(TorchDispatchMode):
             e = len(tr.externals)
             tr.externals.append(t)
             tr.ext_grad.append(t.requires_grad)
+            tr.ext_last.append(tr.n)
             tr.ext_written.append(False)
             self.ext[id(t)] = e
             ptr, nb = _storage(t)
@@ -235,6 +220,7 @@ class _Recorder(TorchDispatchMode):
         v = len(tr.defined)
         tr.defined.append(k)
         tr.last.append(k)
+        tr.grad_bytes.append(0)
         tr.group.append(group)
         self.remember(t, v)
         return v
@@ -263,6 +249,7 @@ class _Recorder(TorchDispatchMode):
         flat, spec = flatten_args(args, kwargs)
         slots, consts = [], list(flat)
         ptrs: dict[int, int] = {}
+        grad_in = 0
         for pos, a in enumerate(flat):
             if isinstance(a, torch.Tensor):
                 v = self.value_of(a)
@@ -270,6 +257,13 @@ class _Recorder(TorchDispatchMode):
                 consts[pos] = None
                 if v >= 0:
                     tr.last[v] = k
+                else:
+                    tr.ext_last[-1 - v] = k
+                if a.requires_grad:
+                    nb = a.numel() * a.element_size()
+                    grad_in += nb
+                    if v >= 0:
+                        tr.grad_bytes[v] = nb
                 ptr = a.untyped_storage().data_ptr()
                 if ptr:
                     ptrs.setdefault(ptr, self._group(v))
@@ -303,6 +297,7 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         tr.seconds.append(time.perf_counter() - t0)
         outs, out_bytes = [], 0
+        float_out = False
         for o in tensors_of(out):
             ptr, nb = _storage(o)
             g = ptrs.get(ptr) if ptr else None
@@ -310,7 +305,14 @@ class _Recorder(TorchDispatchMode):
                 g = len(tr.group_bytes)
                 tr.group_bytes.append(nb)
                 out_bytes += nb
+            float_out = float_out or o.is_floating_point() or o.is_complex()
             outs.append(self.new_value(o, k, g))
+        # a backward makes its inputs' gradients, unless it has none (no result to
+        # differentiate, grad mode off) or only views them (results aliasing an input)
+        if not float_out or not torch.is_grad_enabled() or \
+                (not written and out_bytes == 0 and outs):
+            grad_in = 0
+        tr.grad_in.append(grad_in)
         writes = []
         for pos in written:
             t = flat[pos]
@@ -325,8 +327,6 @@ class _Recorder(TorchDispatchMode):
         tr.ops.append(Op(func, spec, consts, tuple(slots), tuple(outs), tuple(writes),
                          tuple(copies), state))
         tr.out_bytes.append(out_bytes)
-        tr.tape.append(self.pending)
-        self.pending = 0
         if self.need or tr.prints is not None:
             made = tensors_of(out)
             made += [flat[pos] for pos, _ in writes]
@@ -350,14 +350,7 @@ class _Recorder(TorchDispatchMode):
         # (an input is saved before its op reaches the dispatcher)
         k = tr.n - 1 if tr.defined[v] == tr.n - 1 else tr.n
         tr.savers.setdefault(v, []).append(k)
-        g = tr.group[v]
-        if g not in self.saved:                   # a storage counts once, whichever version
-            self.saved.add(g)
-            nb = tr.group_bytes[g]
-            if k == tr.n:
-                self.pending += nb
-            else:
-                tr.tape[k] += nb
+        tr.saved_groups.add(tr.group[v])        # a storage counts once, whichever version
         if self.keep_from is not None and k >= self.keep_from - 1:
             self.kept[v] = t
         return Saved(v, None)
@@ -380,6 +373,10 @@ def record(fn: Callable, args: tuple, kwargs: dict, rng: bool, unpack: Callable,
             v = rec.value_of(o)
             if v >= 0:
                 tr.last[v] = tr.n
+                if o.requires_grad:
+                    tr.grad_bytes[v] = o.numel() * o.element_size()
+            else:
+                tr.ext_last[-1 - v] = tr.n
             ids.append(v)
         else:
             ids.append(None)
