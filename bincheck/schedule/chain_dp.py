@@ -21,7 +21,8 @@ def _by_bytes(chain: Chain, free: int, units: int, finer: int = 16) -> "_Choice"
     finer (up to ``finer`` times as many); where rounding leaves nothing feasible, the
     one-snapshot plan (its peak is :func:`minimum_memory`, which the caller checked)."""
     whole = math.gcd(int(free), int(np.gcd.reduce(np.concatenate([chain.cuts, chain.tape,
-                                                                   chain.spike, chain.adj]))))
+                                                                   chain.spike, chain.adj,
+                                                                   chain.back]))))
     if whole and free // whole <= finer * units:
         return _solve(chain, free // whole, whole)
     for parts in sorted({units, min(4, finer) * units, finer * units}):
