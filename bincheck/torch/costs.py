@@ -11,14 +11,16 @@ of ops between two cuts):
 * ``adj[c]``: the gradients autograd holds while its backward is at the cut: those of the values
   requiring grad live across it, each once (autograd frees a gradient when the node that made
   its value has used it), and those of the parameters and inputs read after it (a parameter's
-  gradient exists from its last use's backward on, and stays).
-* ``spike[k]``: the most that stage ``k`` holds beyond its cuts, its tape and ``adj`` while it
-  runs. Run plainly, op ``j`` holds the storages live at it and its results; replayed for a
-  tape, the storages live at it that no node saved and its results that none saved, less the
-  stage's input cut's (a segment taped from there holds it); pulled back, the gradients live
-  after it and those its backward makes (its tensor inputs' that require grad, none for a
-  view). The last stage's also holds the caller's backward of its loss, which runs before it
-  with what checkpointing holds then (the first taped segment, kept by the forward):
+  gradient exists from its last use's backward on, and stays). An input of ``cat`` gets a view
+  of the output's gradient: its gradient counts the whole output's bytes.
+* ``spike[k]``: the most that stage ``k`` holds beyond its two cuts while it runs plainly: op
+  ``j`` holds the storages live at it and its results.
+* ``back[k]``: the most it holds beyond the tapes, the segment's input cut and ``adj`` while
+  it is taped: replayed, op ``j`` holds the storages live at it that no node saved and its
+  results that none saved; pulled back, the gradients live after it and those its backward
+  makes (its tensor inputs' that require grad, none for a view; and :func:`scratch`). The last
+  stage's also holds the caller's backward of its loss, which runs before it with what
+  checkpointing holds then (the first taped segment, kept by the forward):
   ``CALLER_COTANGENTS - 1`` more times the output's gradients.
 
 What the model leaves out (the ops' internal scratch, autograd's nodes, a gradient cloned
@@ -42,6 +44,8 @@ SWEEP_OVERHEAD_B = 16 * 1024
 # the caller's loss, pulled back at the output, holds this many of the output's gradients'
 # bytes (a cross-entropy: its saved log-probabilities, the cotangent it gets, the one it gives)
 CALLER_COTANGENTS = 3
+# ops whose backward returns its inputs' gradients as views of its output's
+VIEWING_BACKWARDS = {"cat", "stack"}
 
 
 def _spans(n: int, spans) -> np.ndarray:
@@ -71,7 +75,14 @@ def cut_bytes(tr: Trace, unsaved: bool = False) -> np.ndarray:
 
 def adjoint_bytes(tr: Trace) -> np.ndarray:
     """``adj`` of the module docstring, per cut ``0..n``."""
-    values = ((tr.defined[v] + 1, tr.last[v], nb) for v, nb in enumerate(tr.grad_bytes)
+    grads = list(tr.grad_bytes)
+    for j, op in enumerate(tr.ops):
+        if op.func._opname in VIEWING_BACKWARDS:
+            # each input's gradient is a view of the output's: it holds all of that storage
+            for _, v in op.slots:
+                if v >= 0 and grads[v]:
+                    grads[v] = max(grads[v], int(tr.out_bytes[j]))
+    values = ((tr.defined[v] + 1, tr.last[v], nb) for v, nb in enumerate(grads)
               if nb and tr.defined[v] < tr.last[v])
     externals = ((0, u, t.numel() * t.element_size())
                  for t, g, u in zip(tr.externals, tr.ext_grad, tr.ext_last) if g)
@@ -89,6 +100,18 @@ def tape_made(tr: Trace) -> np.ndarray:
     return made
 
 
+def scratch(tr: Trace) -> np.ndarray:
+    """Per op: the temporary its backward allocates beside the gradients it returns, where
+    measured: BatchNorm's and convolution's on CPU hold one more of their widest recorded
+    input's size (under the profiler's meter: ResNet-18's stem, the U-Net)."""
+    out = np.zeros(tr.n, dtype=np.int64)
+    for j, op in enumerate(tr.ops):
+        name = op.func._opname
+        if "batch_norm" in name or "convolution" in name:
+            out[j] = max((tr.grad_bytes[v] for _, v in op.slots if v >= 0), default=0)
+    return out
+
+
 def chain_of(tr: Trace, bounds: list[int], work: int) -> Chain:
     """The chain of the stages ``bounds[k]..bounds[k+1]-1`` of ``tr``, with ``work`` bytes held
     throughout beside the module docstring's."""
@@ -99,18 +122,17 @@ def chain_of(tr: Trace, bounds: list[int], work: int) -> Chain:
     adj = adjoint_bytes(tr)
     tape = tape_made(tr)
     plain = live[:-1] + out                          # op j run plainly
-    unsaved = cut_bytes(tr, unsaved=True)
-    replayed = unsaved[:-1] + out - tape             # its saved results are the tape's
-    pulled = adj[1:] + np.asarray(tr.grad_in, dtype=np.int64)
+    replayed = cut_bytes(tr, unsaved=True)[:-1] + out - tape   # saved results: the tape's
+    pulled = adj[1:] + np.asarray(tr.grad_in, dtype=np.int64) + scratch(tr)
     spike = np.maximum(np.maximum.reduceat(plain, starts) - cuts[:-1] - cuts[1:], 0)
-    spike = np.maximum(spike, np.maximum.reduceat(replayed, starts) - unsaved[starts])
-    spike = np.maximum(spike, np.maximum.reduceat(pulled, starts) - adj[bounds[1:]])
+    back = np.maximum(np.maximum.reduceat(replayed, starts),
+                      np.maximum.reduceat(pulled, starts) - adj[bounds[1:]])
     n = tr.n
-    spike[-1] += (CALLER_COTANGENTS - 1) * sum(nb for v, nb in enumerate(tr.grad_bytes)
-                                               if tr.last[v] == n)
+    back[-1] += (CALLER_COTANGENTS - 1) * sum(nb for v, nb in enumerate(tr.grad_bytes)
+                                              if tr.last[v] == n)
     seconds = np.add.reduceat(np.asarray(tr.seconds), starts)
     counts = np.diff(bounds)
     # a taped segment is a replay keeping what autograd saved: as long as a plain one
     return Chain(seconds, seconds + TAPED_OVERHEAD_S * counts,
                  np.add.reduceat(tape, starts), cuts + SNAPSHOT_OVERHEAD_B,
-                 work + SWEEP_OVERHEAD_B, spike, adj[bounds])
+                 work + SWEEP_OVERHEAD_B, spike, adj[bounds], np.maximum(back, 0))
