@@ -18,10 +18,10 @@ of ops between two cuts):
 * ``back[k]``: the most it holds beyond the tapes, the segment's input cut and ``adj`` while
   it is taped: replayed, op ``j`` holds the storages live at it that no node saved and its
   results that none saved; pulled back, the gradients live after it and those its backward
-  makes (its tensor inputs' that require grad, none for a view; and :func:`scratch`). The last
-  stage's also holds the caller's backward of its loss, which runs before it with what
-  checkpointing holds then (the first taped segment, kept by the forward):
-  ``CALLER_COTANGENTS - 1`` more times the output's gradients.
+  makes (its tensor inputs' that require grad, none for a view; and :func:`scratch`). At the
+  last stage, the caller's backward of its loss, which runs before it with what checkpointing
+  holds then (the first taped segment, kept by the forward), holds ``CALLER_COTANGENTS - 1``
+  more times the output's gradients, if that is more.
 
 What the model leaves out (the ops' internal scratch, autograd's nodes, a gradient cloned
 where its layout differs from its parameter's) is what ``MODEL_SHARE`` in :mod:`.program`
@@ -128,8 +128,8 @@ def chain_of(tr: Trace, bounds: list[int], work: int) -> Chain:
     back = np.maximum(np.maximum.reduceat(replayed, starts),
                       np.maximum.reduceat(pulled, starts) - adj[bounds[1:]])
     n = tr.n
-    back[-1] += (CALLER_COTANGENTS - 1) * sum(nb for v, nb in enumerate(tr.grad_bytes)
-                                              if tr.last[v] == n)
+    back[-1] = max(back[-1], (CALLER_COTANGENTS - 1) * sum(
+        nb for v, nb in enumerate(tr.grad_bytes) if tr.last[v] == n))
     seconds = np.add.reduceat(np.asarray(tr.seconds), starts)
     counts = np.diff(bounds)
     # a taped segment is a replay keeping what autograd saved: as long as a plain one
