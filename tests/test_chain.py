@@ -8,7 +8,8 @@ import time
 import pytest
 
 from bincheck.schedule import optimal_plain_steps, plan
-from bincheck.schedule.chain import Chain, ChainPlan, chain_cost, group, minimum_memory
+from bincheck.schedule.chain import (Chain, ChainPlan, chain_cost, group, minimum_memory,
+                                      reverse_bytes)
 
 
 def random_chain(n, seed, cut_range=(1, 6), tape_range=(1, 6), spikes=False):
@@ -53,8 +54,9 @@ def exhaustive(chain, memory=None, num_ckpts=None):
                 moves.append((0.0, (live, adj, stored - {c})))
             moves.append((0.0, (c, adj, stored)))
         if live is not None and live < adj and (num_ckpts is None or adj - live == 1):
-            extra = (0 if live in stored else cuts[live]) + sum(tape[live:adj]) + \
-                max(spike[live:adj])
+            # reverse_bytes counts the adjoint's bytes, which fits() adds
+            extra = (0 if live in stored else cuts[live]) + \
+                reverse_bytes(chain, live, adj) - int(chain.adj[adj])
             if num_ckpts is not None or fits(stored, extra, adj):
                 moves.append((sum(chain.taped[live:adj]), (None, live, stored)))
         for cost, state in moves:

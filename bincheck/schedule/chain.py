@@ -5,16 +5,19 @@ differ: stage ``k`` takes the values live at cut ``k`` to those live at cut ``k 
 :class:`Chain` states what each costs: ``plain[k]`` seconds to run stage ``k`` without a tape,
 ``taped[k]`` seconds to run it under a tape and pull the adjoint back through it, ``tape[k]``
 bytes its tape holds, ``cuts[c]`` bytes a snapshot at cut ``c`` holds (the live set there, in
-Dauvergne and Hascoet's sense), ``spike[k]`` bytes held only while stage ``k`` runs (its
-temporaries and the cotangents in flight there; a run of stages holds its largest), ``adj[c]``
-bytes held while the adjoint is at cut ``c`` (the cotangents there), and ``work`` bytes held
-throughout (what a sweep holds whatever it does).
+Dauvergne and Hascoet's sense), ``spike[k]`` bytes held only while stage ``k`` runs plain (its
+temporaries), ``back[k]`` those held only while it is taped and pulled back (its temporaries
+and the cotangents in flight within it; ``spike`` where not given), ``adj[c]`` bytes held while
+the adjoint is at cut ``c`` (the cotangents there), and ``work`` bytes held throughout (what a
+sweep holds whatever it does).
 
 **The memory model** (:func:`chain_cost` checks a stream against it, action by action): bytes
 held = ``work`` + the stored snapshots' ``cuts`` + the live cut's if it is not stored; while stage
-``k`` runs plain, its output cut and ``spike[k]`` too; while ``Reverse(a, b)`` runs, the tapes
-of stages ``a..b-1`` and the largest of their spikes. With ``num_ckpts`` instead, at most that many snapshots are held (cut 0 included,
-Revolve's convention) and one stage is taped at a time.
+``k`` runs plain, its output cut and ``spike[k]`` too; while ``Reverse(a, b)`` pulls stage ``k``
+back, the tapes of stages ``a..k`` (those above are consumed), ``back[k]``, and the adjoint's
+bytes at cut ``k + 1`` or at ``b`` (held while the segment is replayed), whichever is more.
+With ``num_ckpts`` instead, at most that many snapshots are held (cut 0 included, Revolve's
+convention) and one stage is taped at a time.
 
 **The planner** solves, for the state at cut ``i`` stored and the adjoint at cut ``j``, with
 ``m`` bytes free::
@@ -59,6 +62,7 @@ class Chain:
     work: int = 0
     spike: Any = None
     adj: Any = None
+    back: Any = None
 
     def __post_init__(self) -> None:
         n = len(self.plain)
@@ -68,19 +72,21 @@ class Chain:
             object.__setattr__(self, "spike", np.zeros(n, dtype=np.int64))
         if self.adj is None:
             object.__setattr__(self, "adj", np.zeros(n + 1, dtype=np.int64))
+        if self.back is None:
+            object.__setattr__(self, "back", self.spike)
         for name, want in (("taped", n), ("tape", n), ("cuts", n + 1), ("spike", n),
-                           ("adj", n + 1)):
+                           ("adj", n + 1), ("back", n)):
             got = len(getattr(self, name))
             if got != want:
                 raise ValueError(f"{name} must have {want} entries for {n} stages "
                                  f"(cuts: one more than stages); got {got}")
-        for name in ("plain", "taped", "tape", "cuts", "spike", "adj"):
+        for name in ("plain", "taped", "tape", "cuts", "spike", "adj", "back"):
             values = np.asarray(getattr(self, name))
             if values.dtype.kind not in "iuf" or not np.all(np.isfinite(values)) or \
                     np.any(values < 0):
                 raise ValueError(f"{name} must hold finite numbers >= 0; got "
                                  f"{short_repr(getattr(self, name))}")
-            if name in ("tape", "cuts", "spike", "adj"):
+            if name in ("tape", "cuts", "spike", "adj", "back"):
                 if np.any(values != np.floor(values)):
                     raise ValueError(f"{name} must hold whole bytes; got {short_repr(values)}")
                 values = values.astype(np.int64, copy=False)
@@ -142,8 +148,8 @@ def chain_cost(chain: Chain, actions: Iterator[Action]) -> "ChainCost":
                 plain_s += plain[k]
             live = action.stop
         elif kind is Reverse:
-            peak = max(peak, base + live_bytes() + sum(tape[action.start:action.stop]) +
-                       max(spike[action.start:action.stop], default=0))
+            peak = max(peak, base - adj[adjoint] + live_bytes() +
+                       reverse_bytes(chain, action.start, action.stop))
             taped_s += sum(taped[action.start:action.stop])
             live, adjoint = None, action.start
         elif kind is Snapshot:
@@ -255,6 +261,16 @@ class ChainPlan:
         yield Free(0)
 
 
+def reverse_bytes(chain: Chain, a: int, b: int) -> int:
+    """What ``Reverse(a, b)`` holds at its worst beside the working set, the snapshots and its
+    input cut: while it pulls stage ``k`` back, the tapes of stages ``a..k`` (those above are
+    consumed), the adjoint's bytes at cut ``k + 1`` or at ``b`` (held while the segment is
+    replayed), whichever is more, and ``back[k]``."""
+    held = np.cumsum(chain.tape[a:b]) + np.maximum(chain.adj[a + 1:b + 1], chain.adj[b]) + \
+        chain.back[a:b]
+    return int(held.max())
+
+
 def minimum_memory(chain: Chain) -> int:
     """The least bytes the planner accepts for ``chain``: cut 0 and the working set, with each
     stage advanced to (two adjacent cuts) and taped alone from its input cut, the adjoint's
@@ -263,7 +279,7 @@ def minimum_memory(chain: Chain) -> int:
     heavy may (an exhaustive search found such budgets on 7 of 30 small random chains)."""
     cuts = chain.cuts.copy()
     cuts[0] = 0                                   # cut 0 is counted once, below
-    rev = cuts[:-1] + chain.tape + chain.spike + chain.adj[1:]    # stage k, adjoint at k + 1
+    rev = cuts[:-1] + chain.tape + chain.back + chain.adj[1:]     # stage k, adjoint at k + 1
     need = int(np.max(rev))
     if chain.n > 1:
         # advancing stage k while the adjoint is at any j >= k + 2
@@ -301,15 +317,19 @@ def group(chain: Chain, stages: int) -> list[int]:
 
 def grouped(chain: Chain, bounds: list[int]) -> Chain:
     """The chain of the groups ``bounds[g]..bounds[g+1]-1``: summed times and tapes, each
-    group's boundary cuts; a group's spike is its largest stage held with both its cuts (an
+    group's boundary cuts; a group's back is its stages' largest, with what their adjoint
+    exceeds the group's end cut's; its spike is its largest stage held with both its cuts (an
     advance through the group holds that at its worst)."""
     b = np.asarray(bounds)
     plain = np.add.reduceat(chain.plain, b[:-1])
     taped = np.add.reduceat(chain.taped, b[:-1])
     tape = np.add.reduceat(chain.tape, b[:-1])
     spike = np.maximum.reduceat(chain.cuts[:-1] + chain.cuts[1:] + chain.spike, b[:-1])
-    return Chain(plain, taped, tape, chain.cuts[b], chain.work, spike, chain.adj[b])
+    # pulled back, a stage may hold more of the adjoint than its group's end cut
+    end = np.repeat(chain.adj[b[1:]], np.diff(b))
+    back = np.maximum.reduceat(chain.back + np.maximum(chain.adj[1:] - end, 0), b[:-1])
+    return Chain(plain, taped, tape, chain.cuts[b], chain.work, spike, chain.adj[b], back)
 
 
 __all__ = ["Chain", "ChainPlan", "ChainCost", "chain_cost", "group", "grouped",
-           "minimum_memory", "ScheduleError"]
+           "minimum_memory", "reverse_bytes", "ScheduleError"]

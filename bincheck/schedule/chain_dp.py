@@ -21,7 +21,8 @@ def _by_bytes(chain: Chain, free: int, units: int, finer: int = 16) -> "_Choice"
     finer (up to ``finer`` times as many); where rounding leaves nothing feasible, the
     one-snapshot plan (its peak is :func:`minimum_memory`, which the caller checked)."""
     whole = math.gcd(int(free), int(np.gcd.reduce(np.concatenate([chain.cuts, chain.tape,
-                                                                   chain.spike, chain.adj]))))
+                                                                   chain.spike, chain.adj,
+                                                                   chain.back]))))
     if whole and free // whole <= finer * units:
         return _solve(chain, free // whole, whole)
     for parts in sorted({units, min(4, finer) * units, finer * units}):
@@ -36,6 +37,7 @@ def _by_bytes(chain: Chain, free: int, units: int, finer: int = 16) -> "_Choice"
 def _solve(chain: Chain, slots: int, unit: int | None) -> "_Choice":
     """The DP of the module docstring over ``m`` in ``0..slots``: snapshots (``unit`` None) or
     memory in units of ``unit`` bytes, vectorised over ``m`` and the split ``k``."""
+    from .chain import reverse_bytes            # chain imports this module
     n, size = chain.n, slots + 1
     plain = np.concatenate([[0.0], np.cumsum(chain.plain)])
     taped = np.concatenate([[0.0], np.cumsum(chain.taped)])
@@ -57,8 +59,6 @@ def _solve(chain: Chain, slots: int, unit: int | None) -> "_Choice":
                 adv[i, k] = run
                 if k < n:
                     run = max(run, pair[k])
-    # spikes[i][d - 1]: the largest spike of stages i..i+d-1 (a segment taped at once)
-    spikes = [np.maximum.accumulate(chain.spike[i:]).tolist() for i in range(n)]
     # left[i, k] = C(i, k, .); the right part C(k, j, m - cost[k]) is read from left[k, j]
     left = np.full((n + 1, n + 1, size), INF)
     arg = np.zeros((n + 1, n + 1, size), dtype=np.int16)
@@ -69,7 +69,7 @@ def _solve(chain: Chain, slots: int, unit: int | None) -> "_Choice":
             if unit is None:
                 need = 0 if d == 1 else size
             else:
-                need = math.ceil((tape[j] - tape[i] + spikes[i][j - i - 1]) / unit) + held[j]
+                need = math.ceil(reverse_bytes(chain, i, j) / unit)
             best = np.where(ms >= need, taped[j] - taped[i], INF)
             choice = np.full(size, j, dtype=np.int16)
             kept = np.zeros(size, dtype=bool)

@@ -38,21 +38,16 @@ from ..runtime.store import MemoryStore
 from ..schedule.actions import Advance, Free, Reverse, Snapshot
 from ..schedule.binomial import Plan
 from ..schedule.chain import Chain, ChainPlan, chain_cost, minimum_memory
+from .costs import chain_of
 from .replay import Replay, env_nbytes, replaying
 from .recorder import Plan0, record
 from .trace import Trace
 
-# what a taped op costs beside three times its plain time (autograd's node, the replay's Python)
-TAPED_OVERHEAD_S = 2e-5
-# what a snapshot and the sweep hold beside the tensors' bytes (dicts, the executor's tables)
-SNAPSHOT_OVERHEAD_B = 512
-SWEEP_OVERHEAD_B = 16 * 1024
-# the share of the budget beyond the trace and the gradients a plan may predict: the model is
-# coarse (autograd's cotangents are estimated as twice the live set at the adjoint's cut and
-# twice a stage's largest result); measured peaks against budgets and predictions are in
-# benchmarks/program/results/budgets.md (with one result's worth per stage, an MLP's peak
-# reached 1.013 of its budget)
-MODEL_SHARE = 0.85
+# the share of the budget beyond the trace and the gradients a plan may predict: the model
+# (:mod:`.costs`) leaves out the ops' internal scratch beyond BatchNorm's and convolution's and
+# autograd's own buffers; measured peaks against budgets and predictions are in
+# benchmarks/program/results/budgets.md (peak / predicted from 0.75 to 1.03 there)
+MODEL_SHARE = 0.9
 MAX_STAGES = 64             # the planner's stages at most (longer traces are grouped)
 
 _last = threading.local()
@@ -101,6 +96,23 @@ class ProgramPlan:
                 f"seconds={self.seconds:.4g}, plan_seconds={self.plan_seconds:.3g})")
 
 
+class _Captured:
+    """The stepper of the advances the forward did: each gives the snapshot it captured. (A
+    module-level class: one defined in a method is a reference cycle, and would hold the
+    captured snapshots until the garbage collector ran.)"""
+
+    __slots__ = ("captured", "bounds")
+
+    def __init__(self, captured: dict, bounds: list[int]) -> None:
+        self.captured, self.bounds = captured, bounds
+
+    def advance(self, env: dict, a: int, b: int) -> dict:
+        return self.captured[self.bounds[b]]
+
+    def reverse(self, env: dict, a: int, b: int) -> None:
+        raise AssertionError("unreachable")
+
+
 class ProgramCall:
     """One call: its trace and plan from the recording, and the backward's executor, driven by
     autograd asking for saved tensors (:meth:`fetch`)."""
@@ -143,16 +155,10 @@ class ProgramCall:
         self.actions = iter(plan.actions)
         rec = self.rec
         if expected and plan.keep_from is not None:
-            captured, bounds = rec.captured, plan.bounds
-            captured[0] = {}
-
-            class Captured:                     # the forward did these advances
-                def advance(self, env: dict, a: int, b: int) -> dict:
-                    return captured[bounds[b]]
-
-                def reverse(self, env: dict, a: int, b: int) -> None:
-                    raise AssertionError("unreachable")
-            first = self.executor.run(self.actions, Captured(), until=Reverse)
+            rec.captured[0] = {}
+            first = self.executor.run(self.actions, _Captured(rec.captured, plan.bounds),
+                                      until=Reverse)
+            rec.captured.clear()                # the store holds the snapshots it keeps
             self.replay.materialized = rec.kept     # the forward kept its saved tensors
             self.executor.tracker.apply(first)
             self.executor.live = None
@@ -299,24 +305,11 @@ class CheckpointedFunction(Configured):
         return plan
 
     def _plan(self, tr: Trace) -> ProgramPlan:
-        ok = tr.cuttable()
-        bounds = [int(c) for c in np.flatnonzero(ok)]
-        cuts = tr.cut_bytes()[bounds]
-        seconds = np.add.reduceat(np.asarray(tr.seconds), bounds[:-1])
-        counts = np.diff(bounds)
-        saved = np.add.reduceat(np.asarray(tr.tape, dtype=np.int64), bounds[:-1])
-        out_bytes = np.asarray(tr.out_bytes, dtype=np.int64)
-        grads = sum(t.untyped_storage().nbytes() for t, g in zip(tr.externals, tr.ext_grad)
+        bounds = [int(c) for c in np.flatnonzero(tr.cuttable())]
+        chain = chain_of(tr, bounds, 0)
+        # the gradients of what the function differentiates: in ``adj`` (exact bytes)
+        grads = sum(t.numel() * t.element_size() for t, g in zip(tr.externals, tr.ext_grad)
                     if g)
-        # held throughout the backward: the parameters' gradients; while the adjoint is at a
-        # cut, autograd's cotangents there and those it pulls back to (twice its live set);
-        # while a stage runs, its ops' temporaries and cotangents (twice its largest result:
-        # tanh's backward alone makes two of its result's size)
-        work = grads + SWEEP_OVERHEAD_B
-        spike = 2 * np.maximum.reduceat(out_bytes, bounds[:-1])
-        # a taped segment is a replay keeping what autograd saved: as long as a plain one
-        chain = Chain(seconds, seconds + TAPED_OVERHEAD_S * counts, saved,
-                      cuts + SNAPSHOT_OVERHEAD_B, work, spike, 2 * cuts)
         stages = len(bounds) - 1
         if self.memory is None:
             if self.num_ckpts > stages:         # a snapshot per cut: store-all does better

@@ -42,7 +42,6 @@ class _Recorder(TorchDispatchMode):
     def __init__(self, trace: Trace, rng: bool, plan0: Plan0 | None, verify: bool) -> None:
         super().__init__()
         self.tr, self.rng = trace, rng
-        self.pending = 0                          # saved bytes for the op about to be recorded
         self.capture = plan0.capture if plan0 is not None else {}
         self.keep_from = plan0.keep_from if plan0 is not None else None
         self.need: dict[int, int] = {}            # value -> last cut capturing it
@@ -58,7 +57,6 @@ class _Recorder(TorchDispatchMode):
         self.refs: dict[int, weakref.ref] = {}
         self.ext: dict[int, int] = {}
         self.ptr_group: dict[int, int] = {}       # data_ptr -> group, for externals only
-        self.saved: set[int] = set()
         self.ext_groups: set[int] = set()
         self.ext_versions: set[int] = set()      # values that are an external, written
 
@@ -73,6 +71,7 @@ class _Recorder(TorchDispatchMode):
             e = len(tr.externals)
             tr.externals.append(t)
             tr.ext_grad.append(t.requires_grad)
+            tr.ext_last.append(tr.n)
             tr.ext_written.append(False)
             self.ext[id(t)] = e
             ptr, nb = storage_of(t)
@@ -80,6 +79,7 @@ class _Recorder(TorchDispatchMode):
             if g is None:
                 g = len(tr.group_bytes)
                 tr.group_bytes.append(0)          # externals are the user's: no bytes here
+                tr.saved.append(0)
                 if ptr:
                     self.ptr_group[ptr] = g
             tr.ext_group.append(g)
@@ -94,6 +94,7 @@ class _Recorder(TorchDispatchMode):
         v = len(tr.defined)
         tr.defined.append(k)
         tr.last.append(k)
+        tr.grad_bytes.append(0)
         tr.group.append(group)
         self.remember(t, v)
         return v
@@ -122,6 +123,7 @@ class _Recorder(TorchDispatchMode):
         flat, spec = flatten_args(args, kwargs)
         slots, consts = [], list(flat)
         ptrs: dict[int, int] = {}
+        grad_in = 0
         for pos, a in enumerate(flat):
             if isinstance(a, torch.Tensor):
                 v = self.value_of(a)
@@ -129,6 +131,13 @@ class _Recorder(TorchDispatchMode):
                 consts[pos] = None
                 if v >= 0:
                     tr.last[v] = k
+                else:
+                    tr.ext_last[-1 - v] = k
+                if a.requires_grad:
+                    nb = a.numel() * a.element_size()
+                    grad_in += nb
+                    if v >= 0:
+                        tr.grad_bytes[v] = nb
                 ptr = a.untyped_storage().data_ptr()
                 if ptr:
                     ptrs.setdefault(ptr, self._group(v))
@@ -164,14 +173,23 @@ class _Recorder(TorchDispatchMode):
         tr.seconds.append(time.perf_counter() - t0)
         tr.first.append(len(tr.defined))
         outs, out_bytes = [], 0
+        float_out = False
         for o in tensors_of(out):
             ptr, nb = storage_of(o)
             g = ptrs.get(ptr) if ptr else None
             if g is None:
                 g = len(tr.group_bytes)
                 tr.group_bytes.append(nb)
+                tr.saved.append(0)
                 out_bytes += nb
+            float_out = float_out or o.is_floating_point() or o.is_complex()
             outs.append(self.new_value(o, k, g))
+        # a backward makes its inputs' gradients, unless it has none (no result to
+        # differentiate, grad mode off) or only views them (results aliasing an input)
+        if not float_out or not torch.is_grad_enabled() or \
+                (not written and out_bytes == 0 and outs):
+            grad_in = 0
+        tr.grad_in.append(grad_in)
         writes = []
         for pos in written:
             t = flat[pos]
@@ -192,8 +210,6 @@ class _Recorder(TorchDispatchMode):
         if writes or copies or state is not None:
             tr.extra[k] = (tuple(writes), tuple(copies), state)
         tr.out_bytes.append(out_bytes)
-        tr.tape.append(self.pending)
-        self.pending = 0
         if self.need or tr.prints is not None:
             made = tensors_of(out)
             made += [flat[pos] for pos, _ in writes]
@@ -218,14 +234,7 @@ class _Recorder(TorchDispatchMode):
         k = tr.n - 1 if tr.defined[v] == tr.n - 1 else tr.n
         tr.saver_v.append(v)
         tr.saver_ks.append(k)
-        g = tr.group[v]
-        if g not in self.saved:                   # a storage counts once, whichever version
-            self.saved.add(g)
-            nb = tr.group_bytes[g]
-            if k == tr.n:
-                self.pending += nb
-            else:
-                tr.tape[k] += nb
+        tr.saved[tr.group[v]] = 1               # a storage counts once, whichever version
         if self.keep_from is not None and k >= self.keep_from - 1:
             self.kept[v] = t
         return Saved(v, None)
@@ -248,6 +257,10 @@ def record(fn: Callable, args: tuple, kwargs: dict, rng: bool, unpack: Callable,
             v = rec.value_of(o)
             if v >= 0:
                 tr.last[v] = tr.n
+                if o.requires_grad:
+                    tr.grad_bytes[v] = o.numel() * o.element_size()
+            else:
+                tr.ext_last[-1 - v] = tr.n
             ids.append(v)
         else:
             ids.append(None)

@@ -78,8 +78,11 @@ class Trace:
         self.extra: dict[int, tuple] = {}     # op -> (writes, copies, rng state or None)
         self.externals: list[torch.Tensor] = []
         self.seconds = array("d")
-        self.tape = array("q")                # bytes autograd saved at each op (new values)
         self.out_bytes = array("q")
+        self.grad_in = array("q")             # per op: bytes of the gradients its backward makes
+        self.grad_bytes = array("q")          # per value: its gradient's bytes (0: none)
+        self.ext_last: list[int] = []         # per external: the last op reading it
+        self.saved = bytearray()              # per storage group: did autograd save it
         self.defined = array("i")             # per value: the op that made it
         self.last = array("i")                # per value: the last op that reads it (n: output)
         self.group = array("i")               # per value: its storage group
@@ -131,6 +134,15 @@ class Trace:
         self.templates.append((func, spec, tuple(consts), positions, ()))
         return index, ()
 
+    def func(self, k: int) -> Any:
+        """Op ``k``'s aten op."""
+        return self.templates[self.tmpl[k]][0]
+
+    def values(self, k: int) -> Any:
+        """Op ``k``'s tensor arguments' value ids (< 0: externals), in its positions' order."""
+        s0 = self.start[k]
+        return self.slot_ids[s0:s0 + len(self.templates[self.tmpl[k]][3])]
+
     def made(self, k: int) -> list[int]:
         """The values op ``k``'s replay gives, in order: its results, then the values of the
         arguments it writes into."""
@@ -168,15 +180,17 @@ class Trace:
         entries, the generator states of random ops and the copies of externals written in
         place."""
         arrays = (self.tmpl, self.start, self.slot_ids, self.first, self.nout, self.seconds,
-                  self.tape, self.out_bytes, self.defined, self.last, self.group,
-                  self.group_bytes, self.saver_start, self.saver_ks, self.saver_v)
+                  self.out_bytes, self.grad_in, self.grad_bytes, self.saved, self.defined,
+                  self.last, self.group, self.group_bytes, self.saver_start, self.saver_ks,
+                  self.saver_v)
         held = sum(sys.getsizeof(a) for a in arrays)
         held += sys.getsizeof(self.templates) + sum(
             sys.getsizeof(t) + sys.getsizeof(t[1]) + sys.getsizeof(t[2]) + sys.getsizeof(t[3]) +
             sys.getsizeof(t[4]) +
             sum(sys.getsizeof(c) for c in t[2] if not isinstance(c, (bool, type(None))))
             for t in self.templates)
-        held += sys.getsizeof(self.extra) + 200 * len(self.extra)
+        held += sys.getsizeof(self.extra) + 200 * len(self.extra) + \
+            sys.getsizeof(self.ext_last) + 8 * len(self.ext_last)
         return held + self.rng_bytes + self.copied_bytes
 
     def check_versions(self) -> None:
@@ -219,20 +233,3 @@ class Trace:
         defined = np.asarray(self.defined)
         last = np.asarray(self.last)
         return lambda c: tuple(int(v) for v in np.flatnonzero((defined < c) & (last >= c)))
-
-    def cut_bytes(self) -> np.ndarray:
-        """Bytes live at each cut ``0..n``: each storage group with a value defined before the
-        cut and read after it, counted once."""
-        n = self.n
-        lo: dict[int, int] = {}
-        hi: dict[int, int] = {}
-        for v, g in enumerate(self.group):
-            d, u = self.defined[v] + 1, self.last[v]
-            if d <= u:
-                lo[g] = min(lo.get(g, d), d)
-                hi[g] = max(hi.get(g, u), u)
-        diff = np.zeros(n + 2, dtype=np.int64)
-        for g, a in lo.items():
-            diff[a] += self.group_bytes[g]
-            diff[min(hi[g], n) + 1] -= self.group_bytes[g]
-        return np.cumsum(diff)[:n + 1]

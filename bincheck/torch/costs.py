@@ -1,0 +1,137 @@
+"""The bytes and seconds of a recorded forward (:mod:`.trace`) as a planner's
+:class:`~bincheck.schedule.chain.Chain`: what :mod:`.program` plans over.
+
+Every quantity is read off the trace, op by op, and priced in the chain's terms per stage (a run
+of ops between two cuts):
+
+* ``cuts[c]``: the storages live at the cut (defined before it, read after it), each once: what a
+  snapshot there holds.
+* ``tape[k]``: the storages made in stage ``k`` that autograd saved: what a replay of it keeps for
+  the backward. (A saved value made before the stage is in its input cut, counted there.)
+* ``adj[c]``: the gradients autograd holds while its backward is at the cut: those of the values
+  requiring grad live across it, each once (autograd frees a gradient when the node that made
+  its value has used it), and those of the parameters and inputs read after it (a parameter's
+  gradient exists from its last use's backward on, and stays). An input of ``cat`` gets a view
+  of the output's gradient: its gradient counts the whole output's bytes.
+* ``spike[k]``: the most that stage ``k`` holds beyond its two cuts while it runs plainly: op
+  ``j`` holds the storages live at it and its results.
+* ``back[k]``: the most it holds beyond the tapes, the segment's input cut and ``adj`` while
+  it is taped: replayed, op ``j`` holds the storages live at it that no node saved and its
+  results that none saved; pulled back, the gradients live after it and those its backward
+  makes (its tensor inputs' that require grad, none for a view; and :func:`scratch`). At the
+  last stage, the caller's backward of its loss, which runs before it with what checkpointing
+  holds then (the first taped segment, kept by the forward), holds ``CALLER_COTANGENTS - 1``
+  more times the output's gradients, if that is more.
+
+What the model leaves out (the ops' internal scratch, autograd's nodes, a gradient cloned
+where its layout differs from its parameter's) is what ``MODEL_SHARE`` in :mod:`.program`
+leaves room for; measured peaks against predictions are in
+benchmarks/program/results/budgets.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..schedule.chain import Chain
+from .trace import Trace
+
+# what a taped op costs beside three times its plain time (autograd's node, the replay's Python)
+TAPED_OVERHEAD_S = 2e-5
+# what a snapshot and the sweep hold beside the tensors' bytes (dicts, the executor's tables)
+SNAPSHOT_OVERHEAD_B = 512
+SWEEP_OVERHEAD_B = 16 * 1024
+# the caller's loss, pulled back at the output, holds this many of the output's gradients'
+# bytes (a cross-entropy: its saved log-probabilities, the cotangent it gets, the one it gives)
+CALLER_COTANGENTS = 3
+# ops whose backward returns its inputs' gradients as views of its output's
+VIEWING_BACKWARDS = {"cat", "stack"}
+
+
+def _spans(n: int, spans) -> np.ndarray:
+    """Per cut ``0..n``: the sum of ``nbytes`` over the ``(first, last, nbytes)`` spans
+    covering it."""
+    diff = np.zeros(n + 2, dtype=np.int64)
+    for a, b, nb in spans:
+        diff[a] += nb
+        diff[min(b, n) + 1] -= nb
+    return np.cumsum(diff)[:n + 1]
+
+
+def cut_bytes(tr: Trace, unsaved: bool = False) -> np.ndarray:
+    """Bytes live at each cut ``0..n``: each storage group with a value defined before the cut
+    and read after it, counted once (with ``unsaved``, only groups no node saved)."""
+    lo: dict[int, int] = {}
+    hi: dict[int, int] = {}
+    for v, g in enumerate(tr.group):
+        d, u = tr.defined[v] + 1, tr.last[v]
+        if d <= u:
+            lo[g] = min(lo.get(g, d), d)
+            hi[g] = max(hi.get(g, u), u)
+    return _spans(tr.n, ((a, hi[g], tr.group_bytes[g]) for g, a in lo.items()
+                         if not (unsaved and tr.saved[g])))
+
+
+def adjoint_bytes(tr: Trace) -> np.ndarray:
+    """``adj`` of the module docstring, per cut ``0..n``."""
+    grads = list(tr.grad_bytes)
+    for j in range(tr.n):
+        if tr.func(j)._opname in VIEWING_BACKWARDS:
+            # each input's gradient is a view of the output's: it holds all of that storage
+            for v in tr.values(j):
+                if v >= 0 and grads[v]:
+                    grads[v] = max(grads[v], int(tr.out_bytes[j]))
+    values = ((tr.defined[v] + 1, tr.last[v], nb) for v, nb in enumerate(grads)
+              if nb and tr.defined[v] < tr.last[v])
+    externals = ((0, u, t.numel() * t.element_size())
+                 for t, g, u in zip(tr.externals, tr.ext_grad, tr.ext_last) if g)
+    return _spans(tr.n, (*values, *externals))
+
+
+def tape_made(tr: Trace) -> np.ndarray:
+    """Per op: the bytes of the storages it made that autograd saved."""
+    made = np.zeros(tr.n, dtype=np.int64)
+    seen: set[int] = set()
+    for v, g in enumerate(tr.group):
+        if tr.saved[g] and g not in seen:
+            seen.add(g)
+            made[tr.defined[v]] += tr.group_bytes[g]
+    return made
+
+
+def scratch(tr: Trace) -> np.ndarray:
+    """Per op: the temporary its backward allocates beside the gradients it returns, where
+    measured: BatchNorm's and convolution's on CPU hold one more of their widest recorded
+    input's size (under the profiler's meter: ResNet-18's stem, the U-Net)."""
+    out = np.zeros(tr.n, dtype=np.int64)
+    for j in range(tr.n):
+        name = tr.func(j)._opname
+        if "batch_norm" in name or "convolution" in name:
+            out[j] = max((tr.grad_bytes[v] for v in tr.values(j) if v >= 0), default=0)
+    return out
+
+
+def chain_of(tr: Trace, bounds: list[int], work: int) -> Chain:
+    """The chain of the stages ``bounds[k]..bounds[k+1]-1`` of ``tr``, with ``work`` bytes held
+    throughout beside the module docstring's."""
+    starts = bounds[:-1]
+    live = cut_bytes(tr)
+    cuts = live[bounds]
+    out = np.asarray(tr.out_bytes, dtype=np.int64)
+    adj = adjoint_bytes(tr)
+    tape = tape_made(tr)
+    plain = live[:-1] + out                          # op j run plainly
+    replayed = cut_bytes(tr, unsaved=True)[:-1] + out - tape   # saved results: the tape's
+    pulled = adj[1:] + np.asarray(tr.grad_in, dtype=np.int64) + scratch(tr)
+    spike = np.maximum(np.maximum.reduceat(plain, starts) - cuts[:-1] - cuts[1:], 0)
+    back = np.maximum(np.maximum.reduceat(replayed, starts),
+                      np.maximum.reduceat(pulled, starts) - adj[bounds[1:]])
+    n = tr.n
+    back[-1] = max(back[-1], (CALLER_COTANGENTS - 1) * sum(
+        nb for v, nb in enumerate(tr.grad_bytes) if tr.last[v] == n))
+    seconds = np.add.reduceat(np.asarray(tr.seconds), starts)
+    counts = np.diff(bounds)
+    # a taped segment is a replay keeping what autograd saved: as long as a plain one
+    return Chain(seconds, seconds + TAPED_OVERHEAD_S * counts,
+                 np.add.reduceat(tape, starts), cuts + SNAPSHOT_OVERHEAD_B,
+                 work + SWEEP_OVERHEAD_B, spike, adj[bounds], np.maximum(back, 0))
