@@ -26,7 +26,7 @@ def exhaustive(chain, memory=None, num_ckpts=None):
     """The least seconds of any action stream (Dijkstra over (live cut, adjoint cut, stored
     cuts)), cut 0 stored throughout, priced with the chain's memory model: not the planner's
     recursion, so a schedule outside its nested shape would show here."""
-    n, cuts, tape, spike = chain.n, chain.cuts, chain.tape, chain.spike
+    n, cuts, spike = chain.n, chain.cuts, chain.spike
 
     def fits(stored, extra, adj):
         if num_ckpts is not None:

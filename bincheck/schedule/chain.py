@@ -125,7 +125,7 @@ def chain_cost(chain: Chain, actions: Iterator[Action]) -> "ChainCost":
     """Run ``actions`` on ``chain`` symbolically (:class:`~.simulate.Tracker` checks every
     action) and price it with the module's memory model."""
     tracker = Tracker(chain.n)
-    cuts, tape = chain.cuts.tolist(), chain.tape.tolist()
+    cuts = chain.cuts.tolist()
     plain, taped = chain.plain.tolist(), chain.taped.tolist()
     spike, adj = chain.spike.tolist(), chain.adj.tolist()
     stored: set = set()

@@ -41,7 +41,6 @@ def _solve(chain: Chain, slots: int, unit: int | None) -> "_Choice":
     n, size = chain.n, slots + 1
     plain = np.concatenate([[0.0], np.cumsum(chain.plain)])
     taped = np.concatenate([[0.0], np.cumsum(chain.taped)])
-    tape = np.concatenate([[0], np.cumsum(chain.tape)])
     ms = np.arange(size)
     if unit is None:
         cost = np.ones(n + 1, dtype=np.int64)

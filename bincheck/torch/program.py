@@ -37,7 +37,7 @@ from ..runtime.stats import ProgramStats
 from ..runtime.store import MemoryStore
 from ..schedule.actions import Advance, Free, Reverse, Snapshot
 from ..schedule.binomial import Plan
-from ..schedule.chain import Chain, ChainPlan, chain_cost, minimum_memory
+from ..schedule.chain import ChainPlan, chain_cost, minimum_memory
 from .costs import chain_of
 from .replay import Replay, env_nbytes, replaying
 from .recorder import Plan0, record
