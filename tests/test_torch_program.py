@@ -13,18 +13,14 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 import bincheck.torch as bt                                      # noqa: E402
-from tests.torch_helpers import allocation_peak                  # noqa: E402
+from tests.torch_helpers import allocation_peak, float64_default # noqa: E402
 
 RTOL = 1e-10
 
 
 @pytest.fixture(autouse=True)
 def _float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    torch.manual_seed(0)
-    yield
-    torch.set_default_dtype(old)
+    yield from float64_default()
 
 
 # ---- the four networks, small ------------------------------------------------------

@@ -12,15 +12,12 @@ torch = pytest.importorskip("torch")
 
 import bincheck.torch as bt                                      # noqa: E402
 from bincheck.torch.recorder import record                       # noqa: E402
+from tests.torch_helpers import float64_default                  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def _float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    torch.manual_seed(0)
-    yield
-    torch.set_default_dtype(old)
+    yield from float64_default()
 
 
 T, B, H = 300, 4, 8

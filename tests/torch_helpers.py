@@ -95,3 +95,13 @@ def allocation_peak(fn, net=False):
         live += size
         peak = max(peak, live)
     return (result, peak, live) if net else (result, peak)
+
+
+def float64_default():
+    """A fixture's body (``yield from``): float64 as torch's default dtype and seed 0 for the
+    test, the previous default dtype restored after it."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    torch.manual_seed(0)
+    yield
+    torch.set_default_dtype(old)
