@@ -282,17 +282,24 @@ def group(chain: Chain, stages: int) -> list[int]:
         return list(range(n + 1))
     total = np.concatenate([[0.0], np.cumsum(chain.plain)])
     width = max(1, n // (2 * stages))
+    targets = np.searchsorted(total, total[-1] * np.arange(1, stages) / stages)
+    cuts = chain.cuts
+    # every whole window's first least cut at once (cuts 0 and n never qualify): a Python loop
+    # of numpy calls per boundary took most of planning's time on long traces
+    padded = np.full(n + 1 + 2 * width, np.iinfo(np.int64).max, dtype=np.int64)
+    padded[width + 1:width + n] = cuts[1:n]
+    windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * width + 1)[targets]
+    least = (targets - width + np.argmin(windows, axis=1)).tolist()
     bounds = [0]
-    for g in range(1, stages):
-        target = int(np.searchsorted(total, total[-1] * g / stages))
+    for target, whole in zip(targets.tolist(), least):
         lo, hi = max(bounds[-1] + 1, target - width), min(n - 1, target + width)
         if lo > hi:
             continue
-        best = lo + int(np.argmin(chain.cuts[lo:hi + 1]))
+        best = whole if lo == max(1, target - width) else lo + int(np.argmin(cuts[lo:hi + 1]))
         # a window cut short by the previous boundary (a pause recorded in one stage gathers
         # targets) may have lost its small cuts: skip it rather than cut where bytes are live
         if lo > target - width and \
-                chain.cuts[best] > chain.cuts[max(0, target - width):hi + 1].min():
+                cuts[best] > cuts[max(0, target - width):hi + 1].min():
             continue
         bounds.append(best)
     bounds.append(n)
