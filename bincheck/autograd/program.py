@@ -66,6 +66,10 @@ GROUP_BYTES = 160               # grouping's arrays and bounds, per group (trace
 # on small arrays, and measured peaks reached 1.007 of a budget planned to the byte (the nested
 # loop, n=80) and 1.029 (an RNN, H=256) before its tapes counted a saved input per op
 MODEL_SHARE = 0.9
+# A taped op's tape, in results: its own and about as much again (VJP closures, cotangents in
+# flight). With one, an RNN (T=300, H=256) at a 3 MiB budget peaked at 2.93 MiB against 2.67
+# predicted; with two, 2.68 against 2.67 (after pull_back's cotangents went straight into ct)
+TAPE_RESULTS = 2
 
 
 class ProgramCall:
@@ -132,10 +136,18 @@ class ProgramPlan:
     """The actions a call replays, and what the planner predicted of them."""
 
     def __init__(self, actions: tuple, stages: int, peak_bytes: int, seconds: float | None,
-                 plain_ops: int, taped_ops: int) -> None:
+                 plain_ops: int | Callable[[], int], taped_ops: int) -> None:
         self.actions, self.stages, self.peak_bytes, self.seconds = actions, stages, \
             peak_bytes, seconds
-        self.plain_ops, self.taped_ops = plain_ops, taped_ops
+        self._plain_ops, self.taped_ops = plain_ops, taped_ops
+
+    @property
+    def plain_ops(self) -> int:
+        """Op evaluations without a tape in the replay (counted when first asked, where that
+        streams the plan)."""
+        if callable(self._plain_ops):
+            self._plain_ops = self._plain_ops()
+        return self._plain_ops
 
 
 def _forward(*leaves: Any, call: ProgramCall) -> tuple:
@@ -186,19 +198,23 @@ class CheckpointedProgram(Configured):
         cuts = tr.cut_bytes(VALUE_OVERHEAD_B)
         seconds = np.frombuffer(tr.seconds, dtype=np.float64)
         out_bytes = np.frombuffer(tr.out_bytes, dtype=np.int64)
-        # the working set of a reverse: the cotangents at the adjoint's cut and the live state
-        # (two live sets), an op's result, its cotangent and the cotangent it pulls back (three
-        # results), the inputs' cotangents (summed in place), the sweep's own objects; and,
-        # for segments of several ops, what they pull back to every input at once while
-        # it is added in (an RNN step reaches W and U: 5.38 MiB of a 5.26 MiB budget without
-        # it, benchmark (b) at binomial's peak for 50 snapshots, one run).
-        # One op at a time stays within the model without it (measured: 0.88 of the budget
-        # at binomial's peak for 10 snapshots, benchmarks/programs/results/rnn-quick.md)
-        inputs = sum(value_nbytes(v) for v in self_inputs if boxable(v))
-        work = 2 * int(cuts.max()) + 3 * int(out_bytes.max()) + inputs + SWEEP_OVERHEAD_B
-        single = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S,
-                       2 * out_bytes + TAPED_OVERHEAD_B, cuts + SNAPSHOT_OVERHEAD_B, work)
-        chain = Chain(single.plain, single.taped, single.tape, single.cuts, work + inputs)
+        # what a sweep holds beside its snapshots and the live values (the chain counts those):
+        # the cotangents at the adjoint's cut (a live set), an op's result, its cotangent and
+        # the cotangent it pulls back (three results), the inputs' cotangents (summed in place)
+        # and one cotangent on its way into them (pull_back hands each over as it arrives,
+        # whatever the segment's length), the sweep's own objects
+        sizes = [value_nbytes(v) for v in self_inputs if boxable(v)]
+        inputs, largest = sum(sizes), max(sizes, default=0)
+        work = int(cuts.max()) + 3 * int(out_bytes.max()) + inputs + largest + \
+            SWEEP_OVERHEAD_B
+        chain = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S,
+                      TAPE_RESULTS * out_bytes + TAPED_OVERHEAD_B, cuts + SNAPSHOT_OVERHEAD_B,
+                      work)
+        # once the sweep is over its snapshots are gone, but the caller's reverse pass sums the
+        # inputs' cotangents into a zero container of its own (grad over several arguments):
+        # the inputs twice (measured: 2.42 MiB at the end of an RNN's gradient whose inputs
+        # hold 1.04 MiB, with 0.13 MiB of its trace and plan)
+        final = 2 * inputs + SWEEP_OVERHEAD_B
         if self.memory is None:
             cp = ChainPlan(chain, num_ckpts=self.num_ckpts)
         else:
@@ -206,24 +222,27 @@ class CheckpointedProgram(Configured):
             planning = PLANNING_BYTES_PER_OP * n      # the per-op arrays planning builds
             # what Revolve over the ops with one snapshot needs (always a plan from there up)
             big, tape = int(chain.cuts.max()), int(chain.tape.max())
-            need = int(max(minimum_memory(single), single.work + 3 * big + tape, planning) /
-                       MODEL_SHARE) + trace_bytes
+            # the share applies to what the model estimates; the inputs' cotangents and the
+            # one on its way into them are arrays of known bytes
+            exact = inputs + largest
+            need = exact + int((max(minimum_memory(chain), chain.work + 3 * big + tape,
+                                    planning, final) - exact) / MODEL_SHARE) + trace_bytes
             if self.memory < need:
                 raise ValueError(f"memory={self.memory} bytes is below the least this program "
                                  f"needs: its trace ({trace_bytes} bytes), its largest live set "
                                  f"and op taped alone, or planning's arrays, {need} bytes in all")
-            free = int((self.memory - trace_bytes) * MODEL_SHARE)
+            free = exact + int((self.memory - trace_bytes - exact) * MODEL_SHARE)
             # three candidates, the least predicted time wins: Revolve over the ops (always
             # fits from the minimum up), Revolve over many groups of ops (long traces: few
             # recomputations where boundaries are small), the DP over a few dozen groups (it
             # may keep taped segments; refused where one of its groups does not fit)
-            found = [self.revolve_within(single, free)]      # one op taped at a time
+            found = [self.revolve_within(chain, free)]      # one op taped at a time
             # its group arrays and bounds (about GROUP_BYTES a group) share the tables' room
             room = (free - planning) // 2 // GROUP_BYTES
             groups = GroupedRevolve.best(chain, free, largest=room) if room >= 64 else None
             if groups is not None:
                 found.append(ProgramPlan(groups, groups.stages, groups.peak_bytes,
-                                         groups.seconds, groups.plain_stages,
+                                         groups.seconds, lambda: groups.plain_stages,
                                          groups.taped_stages))
             try:
                 # planning holds the trace and the planner's tables: they share the budget
@@ -234,7 +253,9 @@ class CheckpointedProgram(Configured):
                 cp.release()
                 found.append(ProgramPlan(cp, cp.stages, cp.peak_bytes, cp.seconds,
                                          cp.plain_stages, cp.taped_stages))
-            return min((p for p in found if p is not None), key=lambda p: p.seconds)
+            best = min((p for p in found if p is not None), key=lambda p: p.seconds)
+            best.peak_bytes = max(best.peak_bytes, final)
+            return best
         cp.release()
         return ProgramPlan(cp, cp.stages, cp.peak_bytes, cp.seconds, cp.plain_stages,
                            cp.taped_stages)
