@@ -205,3 +205,6 @@ def pull_back(outs: list, cts: list, roots: list, level: int,
                 sink(i, ingrad)
             else:
                 outgrads[parent] = add_outgrads(outgrads.get(parent), ingrad)
+        # the loop's names would hold the last cotangent (an RNN step's 512 kB for W) while
+        # the next op's VJP runs (tracemalloc: two of them at the peak)
+        g = ingrad = None
