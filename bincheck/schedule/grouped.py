@@ -31,15 +31,17 @@ class GroupedRevolve:
         coarse = grouped(chain, bounds)
         g, big, tape = coarse.n, int(coarse.cuts.max()), int(coarse.tape.max())
         # Revolve holds its snapshots (cut 0 included), the live cut and the next one while it
-        # advances, and one group's tape
-        room = memory - coarse.work - 2 * big - tape
+        # advances (inside a group: the live values at its own cuts, its spike), and one
+        # group's tape
+        live = max(2 * big, int(coarse.spike.max()))
+        room = memory - coarse.work - live - tape
         slots = int(min(g, room // big if big else g))
         if room < 0 or slots < 1:
             raise ValueError(f"memory={memory} bytes does not hold one of {g} groups taped alone")
         self.plan = Plan(g, slots)
         # priced by that bound and the groups' mean time (:func:`~.chain.group` balances them):
         # no per-stage table, so planning holds only the groups' arrays
-        self.peak_bytes = coarse.work + (slots + 2) * big + tape
+        self.peak_bytes = coarse.work + slots * big + live + tape
         self.seconds = self.plan.plain_steps * float(coarse.plain.mean()) + \
             float(coarse.taped.sum())
         self.slots, self.stages, self.seq_len = slots, g, chain.n
