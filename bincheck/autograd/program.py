@@ -199,21 +199,24 @@ class CheckpointedProgram(Configured):
         seconds = np.frombuffer(tr.seconds, dtype=np.float64)
         out_bytes = np.frombuffer(tr.out_bytes, dtype=np.int64)
         # what a sweep holds beside its snapshots and the live values (the chain counts those):
-        # the cotangents at the adjoint's cut (a live set), an op's result, its cotangent and
-        # the cotangent it pulls back (three results), the inputs' cotangents (summed in place)
-        # and one cotangent on its way into them (pull_back hands each over as it arrives,
-        # whatever the segment's length), the sweep's own objects
+        # the cotangents at the adjoint's cut (a live set; an op's cotangent is one of them),
+        # the inputs' cotangents (summed in place), the sweep's own objects, and what a VJP
+        # makes at once: the cotangents it pulls back (one on its way into an input's sum,
+        # pull_back hands each over as it arrives, whatever the segment's length, and the
+        # others) or its temporaries (tanh's: three results)
         sizes = [value_nbytes(v) for v in self_inputs if boxable(v)]
         inputs, largest = sum(sizes), max(sizes, default=0)
-        work = int(cuts.max()) + 3 * int(out_bytes.max()) + inputs + largest + \
+        out_max = int(out_bytes.max())
+        work = int(cuts.max()) + inputs + max(largest + out_max, 3 * out_max) + \
             SWEEP_OVERHEAD_B
         chain = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S,
                       TAPE_RESULTS * out_bytes + TAPED_OVERHEAD_B, cuts + SNAPSHOT_OVERHEAD_B,
                       work)
         # once the sweep is over its snapshots are gone, but the caller's reverse pass sums the
         # inputs' cotangents into a zero container of its own (grad over several arguments):
-        # the inputs twice (measured: 2.42 MiB at the end of an RNN's gradient whose inputs
-        # hold 1.04 MiB, with 0.13 MiB of its trace and plan)
+        # the inputs twice (measured: 2.34 MiB at the end of an RNN's gradient whose inputs
+        # hold 1.06 MiB; the 0.22 MiB more, its trace and the caller's graph, are there
+        # throughout, as in the sweep: the share's margin)
         final = 2 * inputs + SWEEP_OVERHEAD_B
         if self.memory is None:
             cp = ChainPlan(chain, num_ckpts=self.num_ckpts)
