@@ -62,14 +62,32 @@ VALUE_OVERHEAD_B = 200
 SWEEP_OVERHEAD_B = 64 * 1024
 PLANNING_BYTES_PER_OP = 96      # planning's per-op arrays (times, sizes, live bytes) at once
 GROUP_BYTES = 160               # grouping's arrays and bounds, per group (tracemalloc: ~100)
+# The DP's groups: as many as fit in this share of the recorded run's time. Its time grows as
+# stages^2 (a Python step per segment, ~25 us) and stages^3 x units (~18 ns an element, /6):
+# measured 111 ms at 64 stages x 128 units, 23 ms at 32, 5 ms at 16; at 64 stages it took half
+# of a 0.23 s gradient of the nested loop (n=316), whose recording took 0.03 s
+DP_SHARE = 0.25
+DP_STAGES = (64, 48, 32, 24, 16)
+
+
+def dp_stages(recorded: float, units: int = 128) -> int:
+    """The most DP stages whose estimated planning time is within DP_SHARE of ``recorded``
+    seconds (16 at least: small traces plan exactly)."""
+    for s in DP_STAGES:
+        if 25e-6 * s * s / 2 + 18e-9 * s ** 3 / 6 * units <= DP_SHARE * recorded:
+            return s
+    return DP_STAGES[-1]
 # The share of the budget (after the trace) the plan may predict: the model above is calibrated
 # on small arrays, and measured peaks reached 1.007 of a budget planned to the byte (the nested
 # loop, n=80) and 1.029 (an RNN, H=256) before its tapes counted a saved input per op
 MODEL_SHARE = 0.9
-# A taped op's tape, in results: its own and about as much again (VJP closures, cotangents in
-# flight). With one, an RNN (T=300, H=256) at a 3 MiB budget peaked at 2.93 MiB against 2.67
-# predicted; with two, 2.68 against 2.67 (after pull_back's cotangents went straight into ct)
-TAPE_RESULTS = 2
+# A taped op's tape, in results: at most its own (what a VJP keeps is the segment's values and
+# inputs, each counted once) beside TAPED_OVERHEAD_B. Measured after pull_back stopped holding
+# a second input-sized cotangent: an RNN (T=300, H=256) peaked at 0.84-0.92 of budgets from
+# 2.6 to 6 MiB, below the prediction at every one; the nested loop (n=1000) at 0.63-0.91 of
+# 1.5-6.5 MiB (plain autograd's tape: 6.5 kB an op of 8 kB results). Two results an op had
+# covered the held cotangent (an RNN step's: 1.029 of a budget with one, before that fix)
+TAPE_RESULTS = 1
 
 
 class ProgramCall:
@@ -249,7 +267,8 @@ class CheckpointedProgram(Configured):
                                          groups.taped_stages))
             try:
                 # planning holds the trace and the planner's tables: they share the budget
-                cp = ChainPlan(chain, memory=free, table_budget=(free - planning) // 2)
+                cp = ChainPlan(chain, memory=free, table_budget=(free - planning) // 2,
+                               max_stages=dp_stages(float(seconds.sum())))
             except ValueError:
                 pass
             else:
