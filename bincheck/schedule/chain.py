@@ -289,18 +289,28 @@ def group(chain: Chain, stages: int) -> list[int]:
     padded = np.full(n + 1 + 2 * width, np.iinfo(np.int64).max, dtype=np.int64)
     padded[width + 1:width + n] = cuts[1:n]
     windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * width + 1)[targets]
-    least = (targets - width + np.argmin(windows, axis=1)).tolist()
+    least = targets - width + np.argmin(windows, axis=1)
+    least_bytes = cuts[least].tolist()
+    values = cuts.tolist()
     bounds = [0]
-    for target, whole in zip(targets.tolist(), least):
+    for target, whole, low in zip(targets.tolist(), least.tolist(), least_bytes):
         lo, hi = max(bounds[-1] + 1, target - width), min(n - 1, target + width)
         if lo > hi:
             continue
-        best = whole if lo == max(1, target - width) else lo + int(np.argmin(cuts[lo:hi + 1]))
-        # a window cut short by the previous boundary (a pause recorded in one stage gathers
-        # targets) may have lost its small cuts: skip it rather than cut where bytes are live
-        if lo > target - width and \
-                cuts[best] > cuts[max(0, target - width):hi + 1].min():
-            continue
+        if lo > target - width:
+            # a window cut short by the previous boundary (a pause recorded in one stage
+            # gathers targets) may have lost its small cuts: skip it rather than cut where
+            # bytes are live (its least, cut 0 included where the window reaches it)
+            if target - width <= 0:
+                low = min(low, values[0])
+            if whole < lo or low < values[whole]:
+                best = lo + int(np.argmin(cuts[lo:hi + 1]))
+                if values[best] > low:
+                    continue
+            else:
+                best = whole
+        else:
+            best = whole
         bounds.append(best)
     bounds.append(n)
     return sorted(set(bounds))

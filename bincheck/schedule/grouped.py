@@ -6,9 +6,9 @@ whole budget (a thousand implicit-Euler steps whose Newton iterations tape dense
 of tapes against a 20 MB budget). :class:`GroupedRevolve` instead cuts the chain into many groups
 of about equal plain time, each boundary moved to a cut with few live bytes (:func:`~.chain.
 group`), and runs Revolve's binomial schedule over the groups with as many snapshots as the
-budget holds at the largest boundary's size: one group taped at a time. Among group counts that
-are powers of two, it keeps the one with the least predicted time. Planning costs the grouping and
-one pass over Revolve's actions, never a table.
+budget holds at the largest boundary's size: one group taped at a time. Among group counts a
+factor sqrt(2) apart, it keeps the one with the least predicted time. Planning costs the grouping
+per count and one pass over the chosen plan's actions, never a table.
 """
 
 from __future__ import annotations
@@ -62,10 +62,11 @@ class GroupedRevolve:
     def best(cls, chain: Chain, memory: int, smallest: int = 64,
              largest: int = 4096) -> "GroupedRevolve | None":
         """The plan of least predicted time (of least peak among those within 1 % of it) over
-        group counts ``smallest, 2 * smallest, ...`` up to ``largest`` (and the chain's own
-        stages where fewer); None if none fits."""
-        found = None
-        g = smallest
+        group counts ``smallest, sqrt(2) * smallest, 2 * smallest, ...`` up to ``largest`` (and
+        the chain's own stages where fewer); None if none fits. (Powers of two alone missed
+        an RNN's step boundaries: 256 groups of 1202 ops hold one or two steps, 362 one.)"""
+        found, worse = None, 0
+        g, k = smallest, 0
         while True:
             count = min(g, chain.n)
             try:
@@ -77,9 +78,15 @@ class GroupedRevolve:
                                      (plan.seconds <= 1.01 * found.seconds and
                                       plan.peak_bytes < found.peak_bytes)):
                 found = plan
-            if count == chain.n or g >= largest:
+            # finer groups cost more recomputation once the tape no longer limits the
+            # snapshots: three counts in a row slower than the best end the search (grouping
+            # every count up to 4096 took 0.2 s of planning on a trace of 30,000 ops)
+            worse = worse + 1 if found is not None and plan is not None and \
+                plan.seconds > 1.01 * found.seconds else 0
+            if count == chain.n or g >= largest or worse == 3:
                 return found
-            g *= 2
+            k += 1
+            g = min(largest, round(smallest * 2 ** (k / 2)))
 
     def release(self) -> None:
         """Nothing to drop: the plan is its bounds and Revolve's closed form."""
