@@ -36,17 +36,20 @@ class Replay:
         self.wanted = set(range(trace.n_in)) if wanted is None else wanted
         self.ct: dict = {}
 
-    def _args(self, k: int, get: Callable[[int], Any]) -> tuple:
+    def _args(self, k: int, values: dict) -> tuple:
+        """Op ``k``'s primitive, arguments (its parents from ``values``, by value id) and
+        keyword arguments."""
         tr = self.trace
         fun, argnums, template, kwargs, col = tr.templates[tr.tmpl[k]]
         args = list(template)
-        s0, parents = tr.start[k], tr.parents
-        for j, argnum in enumerate(argnums):
-            args[argnum] = get(parents[s0 + j])
+        j, parents = tr.start[k], tr.parents
+        for argnum in argnums:
+            args[argnum] = values[parents[j]]
+            j += 1
         if col is not None:                     # constants whose numbers are in the column
-            values = iter(col[0].unpack_from(parents, 4 * (s0 + len(argnums))))
+            numbers = iter(col[0].unpack_from(parents, 4 * j))
             for i, spec in col[1]:
-                args[i] = build(spec, values)
+                args[i] = build(spec, numbers)
         return fun, args, kwargs
 
     def _check(self, k: int, value: Any) -> None:
@@ -59,17 +62,19 @@ class Replay:
                 f"arguments that changed since (a captured array written in place?) or draws "
                 f"random numbers outside autograd's primitives; the gradient would be wrong")
 
-    def advance(self, env: dict, start: int, stop: int) -> dict:
+    def advance(self, live: dict, start: int, stop: int) -> dict:
         t0 = time.perf_counter()
         tr, inputs = self.trace, self.inputs
         n_in, last, parents, start_of, tmpl, arity = tr.n_in, tr.last, tr.parents, tr.start, \
             tr.tmpl, tr.arity
-        env = dict(env)
-        get = lambda p: inputs[p] if p < n_in else env[p]  # noqa: E731
+        env = dict(enumerate(inputs))               # the inputs by id, then the live values
+        env.update(live)
+        check = self._check if tr.prints is not None else None
         for k in range(start, stop):
-            fun, args, kwargs = self._args(k, get)
+            fun, args, kwargs = self._args(k, env)
             value = fun.fun(*args, **kwargs)
-            self._check(k, value)
+            if check is not None:
+                check(k, value)
             if last[n_in + k] > k:
                 env[n_in + k] = value
             s0 = start_of[k]
@@ -77,6 +82,8 @@ class Replay:
                 p = parents[j]
                 if p >= n_in and last[p] == k:
                     env.pop(p, None)
+        for i in range(n_in):                       # a snapshot holds the live values only
+            del env[i]
         self.stats.plain_ops += stop - start
         self.stats.plain_seconds += time.perf_counter() - t0
         return env
@@ -107,7 +114,7 @@ class Replay:
             local = dict(fixed)
             local.update(zip(wrt, boxes))
             for k in range(start, stop):
-                fun, args, kwargs = self._args(k, local.__getitem__)
+                fun, args, kwargs = self._args(k, local)
                 local[n_in + k] = taped(fun, args, kwargs, level)
             return [local[o] for o in outs]
         with trace_stack.new_trace() as level:
