@@ -149,3 +149,19 @@ def test_group_finds_the_windows_least_cuts_as_the_loop_did(seed):
     chain = Chain(plain, plain, numpy.zeros(n, int), rs.randint(0, rs.choice([3, 10 ** 6]), n + 1))
     for stages in (1, 2, 3, 16, 64, rs.randint(1, n + 2)):
         assert group(chain, stages) == _group_reference(chain, stages)
+
+
+def test_group_holds_a_few_bytes_an_op_while_it_plans():
+    """Planning's bytes are counted inside the budget: grouping a long chain holds about two
+    arrays of its length (a list of every cut held 40 bytes an op more: benchmark (c) went
+    over its budget while planning)."""
+    rs = numpy.random.RandomState(1)
+    n = 80_000
+    chain = Chain(rs.rand(n), rs.rand(n), numpy.zeros(n, int), rs.randint(0, 10 ** 5, n + 1))
+    for stages in (64, 4096):
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        group(chain, stages)
+        peak = tracemalloc.get_traced_memory()[1] - base
+        tracemalloc.stop()
+        assert peak < 24 * n, (stages, peak / n)
