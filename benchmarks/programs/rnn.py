@@ -4,7 +4,8 @@ A tanh RNN written as a plain Python ``for`` loop (no refactoring), T=1000, H=25
 (``--quick``: T=300), one gradient w.r.t. (W, U, h0): ``checkpoint_program`` with ``memory=``
 ``binomial_checkpoint``'s measured peak (tracemalloc), beside ``binomial_checkpoint`` on the same
 cell written as a step function (num_ckpts 10 and 50) and plain autograd, in interleaved rounds,
-one BLAS thread, medians. Target: at most 1.15x binomial_checkpoint's time. Writes ``rnn.md``.
+one BLAS thread, medians (planning time: of the last timed call). Target: at most 1.15x
+binomial_checkpoint's time. Writes ``rnn.md`` (``--quick``: ``rnn-quick.md``).
 """
 
 from __future__ import annotations
@@ -60,12 +61,13 @@ def main(argv=None) -> int:
                                      lambda: g_plain(W, U, h0)], args.rounds)
         med = [sorted(t)[len(t) // 2] for t in times]
         ratios = sorted(b / a for a, b in zip(times[0], times[1]))
+        plan_s = prog.stats.plan_seconds            # of a timed call (tracemalloc slows it)
         pmem, value = peak_mib(lambda: g_prog(W, U, h0))
         st = prog.stats
         rows.append([s, f"{mem:.2f}", f"{pmem:.2f}", f"{med[0]:.2f}", f"{med[1]:.2f}",
                      f"{med[2]:.2f}", f"{ratios[len(ratios) // 2]:.2f}",
                      f"{st.plain_ops} / {st.taped_ops} of {st.ops}", st.snapshots,
-                     f"{st.trace_bytes / st.ops:.0f}", f"{st.plan_seconds:.2f}",
+                     f"{st.trace_bytes / st.ops:.0f}", f"{plan_s:.2f}",
                      f"{max_rel_err(value, ref):.1e}"])
         print(rows[-1], flush=True)
     env = (f"Run: `python -m benchmarks.programs.rnn{' --quick' if args.quick else ''}`, "

@@ -64,10 +64,32 @@ VALUE_OVERHEAD_B = 200
 SWEEP_OVERHEAD_B = 64 * 1024
 PLANNING_BYTES_PER_OP = 96      # planning's per-op arrays (times, sizes, live bytes) at once
 GROUP_BYTES = 160               # grouping's arrays and bounds, per group (tracemalloc: ~100)
+# The DP's groups: as many as fit in this share of the recorded run's time. Its time grows as
+# stages^2 (a Python step per segment, ~25 us) and stages^3 x units (~18 ns an element, /6):
+# measured 111 ms at 64 stages x 128 units, 23 ms at 32, 5 ms at 16; at 64 stages it took half
+# of a 0.23 s gradient of the nested loop (n=316), whose recording took 0.03 s
+DP_SHARE = 0.25
+DP_STAGES = (64, 48, 32, 24, 16)
+
+
+def dp_stages(recorded: float, units: int = 128) -> int:
+    """The most DP stages whose estimated planning time is within DP_SHARE of ``recorded``
+    seconds (16 at least: small traces plan exactly)."""
+    for s in DP_STAGES:
+        if 25e-6 * s * s / 2 + 18e-9 * s ** 3 / 6 * units <= DP_SHARE * recorded:
+            return s
+    return DP_STAGES[-1]
 # The share of the budget (after the trace) the plan may predict: the model above is calibrated
 # on small arrays, and measured peaks reached 1.007 of a budget planned to the byte (the nested
 # loop, n=80) and 1.029 (an RNN, H=256) before its tapes counted a saved input per op
 MODEL_SHARE = 0.9
+# A taped op's tape, in results: at most its own (what a VJP keeps is the segment's values and
+# inputs, each counted once) beside TAPED_OVERHEAD_B. Measured after pull_back stopped holding
+# a second input-sized cotangent: an RNN (T=300, H=256) peaked at 0.84-0.92 of budgets from
+# 2.6 to 6 MiB, below the prediction at every one; the nested loop (n=1000) at 0.63-0.91 of
+# 1.5-6.5 MiB (plain autograd's tape: 6.5 kB an op of 8 kB results). Two results an op had
+# covered the held cotangent (an RNN step's: 1.029 of a budget with one, before that fix)
+TAPE_RESULTS = 1
 
 
 # Above this many ops a ``num_ckpts`` plan is Revolve's over the ops: it needs no per-op times or
@@ -148,13 +170,21 @@ class ProgramPlan:
     ``disk_writes`` and ``disk_reads`` (snapshots), where it keeps snapshots on disk."""
 
     def __init__(self, actions: tuple, stages: int, peak_bytes: int, seconds: float | None,
-                 plain_ops: int, taped_ops: int) -> None:
+                 plain_ops: int | Callable[[], int], taped_ops: int) -> None:
         self.actions, self.stages, self.peak_bytes, self.seconds = actions, stages, \
             peak_bytes, seconds
-        self.plain_ops, self.taped_ops = plain_ops, taped_ops
+        self._plain_ops, self.taped_ops = plain_ops, taped_ops
         self.uses_disk = getattr(actions, "uses_disk", False)
         self.disk_writes = getattr(actions, "disk_writes", 0)
         self.disk_reads = getattr(actions, "disk_reads", 0)
+
+    @property
+    def plain_ops(self) -> int:
+        """Op evaluations without a tape in the replay (counted when first asked, where that
+        streams the plan)."""
+        if callable(self._plain_ops):
+            self._plain_ops = self._plain_ops()
+        return self._plain_ops
 
 
 def _forward(*leaves: Any, call: ProgramCall) -> tuple:
@@ -207,19 +237,26 @@ class CheckpointedProgram(Configured):
         cuts = tr.cut_bytes(VALUE_OVERHEAD_B)
         seconds = np.frombuffer(tr.seconds, dtype=np.float64)
         out_bytes = np.frombuffer(tr.out_bytes, dtype=np.int64)
-        # the working set of a reverse: the cotangents at the adjoint's cut and the live state
-        # (two live sets), an op's result, its cotangent and the cotangent it pulls back (three
-        # results), the inputs' cotangents (summed in place), the sweep's own objects; and,
-        # for segments of several ops, what they pull back to every input at once while
-        # it is added in (an RNN step reaches W and U: 5.38 MiB of a 5.26 MiB budget without
-        # it, benchmark (b) at binomial's peak for 50 snapshots, one run).
-        # One op at a time stays within the model without it (measured: 0.88 of the budget
-        # at binomial's peak for 10 snapshots, benchmarks/programs/results/rnn-quick.md)
-        inputs = sum(value_nbytes(v) for v in self_inputs if boxable(v))
-        work = 2 * int(cuts.max()) + 3 * int(out_bytes.max()) + inputs + SWEEP_OVERHEAD_B
-        single = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S,
-                       2 * out_bytes + TAPED_OVERHEAD_B, cuts + SNAPSHOT_OVERHEAD_B, work)
-        chain = Chain(single.plain, single.taped, single.tape, single.cuts, work + inputs)
+        # what a sweep holds beside its snapshots and the live values (the chain counts those):
+        # the cotangents at the adjoint's cut (a live set; an op's cotangent is one of them),
+        # the inputs' cotangents (summed in place), the sweep's own objects, and what a VJP
+        # makes at once: the cotangents it pulls back (one on its way into an input's sum,
+        # pull_back hands each over as it arrives, whatever the segment's length, and the
+        # others) or its temporaries (tanh's: three results)
+        sizes = [value_nbytes(v) for v in self_inputs if boxable(v)]
+        inputs, largest = sum(sizes), max(sizes, default=0)
+        out_max = int(out_bytes.max())
+        work = int(cuts.max()) + inputs + max(largest + out_max, 3 * out_max) + \
+            SWEEP_OVERHEAD_B
+        chain = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S,
+                      TAPE_RESULTS * out_bytes + TAPED_OVERHEAD_B, cuts + SNAPSHOT_OVERHEAD_B,
+                      work)
+        # once the sweep is over its snapshots are gone, but the caller's reverse pass sums the
+        # inputs' cotangents into a zero container of its own (grad over several arguments):
+        # the inputs twice (measured: 2.34 MiB at the end of an RNN's gradient whose inputs
+        # hold 1.06 MiB; the 0.22 MiB more, its trace and the caller's graph, are there
+        # throughout, as in the sweep: the share's margin)
+        final = 2 * inputs + SWEEP_OVERHEAD_B
         if self.memory is None:
             cp = ChainPlan(chain, num_ckpts=self.num_ckpts)
         else:
@@ -227,28 +264,32 @@ class CheckpointedProgram(Configured):
             planning = PLANNING_BYTES_PER_OP * n      # the per-op arrays planning builds
             # what Revolve over the ops with one snapshot needs (always a plan from there up)
             big, tape = int(chain.cuts.max()), int(chain.tape.max())
-            need = int(max(minimum_memory(single), single.work + 3 * big + tape, planning) /
-                       MODEL_SHARE) + trace_bytes
+            # the share applies to what the model estimates; the inputs' cotangents and the
+            # one on its way into them are arrays of known bytes
+            exact = inputs + largest
+            need = exact + int((max(minimum_memory(chain), chain.work + 3 * big + tape,
+                                    planning, final) - exact) / MODEL_SHARE) + trace_bytes
             if self.memory < need:
                 raise ValueError(f"memory={self.memory} bytes is below the least this program "
                                  f"needs: its trace ({trace_bytes} bytes), its largest live set "
                                  f"and op taped alone, or planning's arrays, {need} bytes in all")
-            free = int((self.memory - trace_bytes) * MODEL_SHARE)
+            free = exact + int((self.memory - trace_bytes - exact) * MODEL_SHARE)
             # three candidates, the least predicted time wins: Revolve over the ops (always
             # fits from the minimum up), Revolve over many groups of ops (long traces: few
             # recomputations where boundaries are small), the DP over a few dozen groups (it
             # may keep taped segments; refused where one of its groups does not fit)
-            found = [self.revolve_within(single, free)]      # one op taped at a time
+            found = [self.revolve_within(chain, free)]      # one op taped at a time
             # its group arrays and bounds (about GROUP_BYTES a group) share the tables' room
             room = (free - planning) // 2 // GROUP_BYTES
             groups = GroupedRevolve.best(chain, free, largest=room) if room >= 64 else None
             if groups is not None:
                 found.append(ProgramPlan(groups, groups.stages, groups.peak_bytes,
-                                         groups.seconds, groups.plain_stages,
+                                         groups.seconds, lambda: groups.plain_stages,
                                          groups.taped_stages))
             try:
                 # planning holds the trace and the planner's tables: they share the budget
-                cp = ChainPlan(chain, memory=free, table_budget=(free - planning) // 2)
+                cp = ChainPlan(chain, memory=free, table_budget=(free - planning) // 2,
+                               max_stages=dp_stages(float(seconds.sum())))
             except ValueError:
                 pass
             else:
@@ -258,8 +299,9 @@ class CheckpointedProgram(Configured):
             best = min((p for p in found if p is not None), key=lambda p: p.seconds)
             on_disk = disk_plan(self, chain, free, best.seconds) if self.disk else None
             if on_disk is not None:
-                return ProgramPlan(on_disk, on_disk.stages, on_disk.peak_bytes, on_disk.seconds,
+                best = ProgramPlan(on_disk, on_disk.stages, on_disk.peak_bytes, on_disk.seconds,
                                    on_disk.plain_stages, on_disk.taped_stages)
+            best.peak_bytes = max(best.peak_bytes, final)
             return best
         cp.release()
         return ProgramPlan(cp, cp.stages, cp.peak_bytes, cp.seconds, cp.plain_stages,

@@ -13,7 +13,7 @@ import time
 from typing import Any, Callable
 
 import numpy as np
-from autograd.core import VJPNode, add_outgrads, vspace
+from autograd.core import VJPNode, add_outgrads, sparse_add, sparse_object_types, vspace
 from autograd.tracer import isbox, new_box, toposort, trace_stack
 
 from ..runtime.errors import NondeterministicStepError
@@ -36,17 +36,20 @@ class Replay:
         self.wanted = set(range(trace.n_in)) if wanted is None else wanted
         self.ct: dict = {}
 
-    def _args(self, k: int, get: Callable[[int], Any]) -> tuple:
+    def _args(self, k: int, values: dict) -> tuple:
+        """Op ``k``'s primitive, arguments (its parents from ``values``, by value id) and
+        keyword arguments."""
         tr = self.trace
         fun, argnums, template, kwargs, col = tr.templates[tr.tmpl[k]]
         args = list(template)
-        s0, parents = tr.start[k], tr.parents
-        for j, argnum in enumerate(argnums):
-            args[argnum] = get(parents[s0 + j])
+        j, parents = tr.start[k], tr.parents
+        for argnum in argnums:
+            args[argnum] = values[parents[j]]
+            j += 1
         if col is not None:                     # constants whose numbers are in the column
-            values = iter(col[0].unpack_from(parents, 4 * (s0 + len(argnums))))
+            numbers = iter(col[0].unpack_from(parents, 4 * j))
             for i, spec in col[1]:
-                args[i] = build(spec, values)
+                args[i] = build(spec, numbers)
         return fun, args, kwargs
 
     def _check(self, k: int, value: Any) -> None:
@@ -59,17 +62,19 @@ class Replay:
                 f"arguments that changed since (a captured array written in place?) or draws "
                 f"random numbers outside autograd's primitives; the gradient would be wrong")
 
-    def advance(self, env: dict, start: int, stop: int) -> dict:
+    def advance(self, live: dict, start: int, stop: int) -> dict:
         t0 = time.perf_counter()
         tr, inputs = self.trace, self.inputs
         n_in, last, parents, start_of, tmpl, arity = tr.n_in, tr.last, tr.parents, tr.start, \
             tr.tmpl, tr.arity
-        env = dict(env)
-        get = lambda p: inputs[p] if p < n_in else env[p]  # noqa: E731
+        env = dict(enumerate(inputs))               # the inputs by id, then the live values
+        env.update(live)
+        check = self._check if tr.prints is not None else None
         for k in range(start, stop):
-            fun, args, kwargs = self._args(k, get)
+            fun, args, kwargs = self._args(k, env)
             value = fun.fun(*args, **kwargs)
-            self._check(k, value)
+            if check is not None:
+                check(k, value)
             if last[n_in + k] > k:
                 env[n_in + k] = value
             s0 = start_of[k]
@@ -77,6 +82,8 @@ class Replay:
                 p = parents[j]
                 if p >= n_in and last[p] == k:
                     env.pop(p, None)
+        for i in range(n_in):                       # a snapshot holds the live values only
+            del env[i]
         self.stats.plain_ops += stop - start
         self.stats.plain_seconds += time.perf_counter() - t0
         return env
@@ -107,8 +114,8 @@ class Replay:
             local = dict(fixed)
             local.update(zip(wrt, boxes))
             for k in range(start, stop):
-                fun, args, kwargs = self._args(k, local.__getitem__)
-                local[n_in + k] = fun(*args, **kwargs)
+                fun, args, kwargs = self._args(k, local)
+                local[n_in + k] = taped(fun, args, kwargs, level)
             return [local[o] for o in outs]
         with trace_stack.new_trace() as level:
             roots = [VJPNode.new_root() for _ in wrt]
@@ -116,13 +123,33 @@ class Replay:
         t1 = time.perf_counter()
         for k, v in zip((o - n_in for o in outs), results):
             self._check(k, v._value if isbox(v) else v)
-        cts = pull_back(results, [ct.pop(o, None) for o in outs], roots, level)
-        for p, c in zip(wrt, cts):
-            if c is not None:
-                accumulate(ct, p, c, p < n_in)
+        # each cotangent reaching an input of the segment is summed into ``ct`` as it arrives:
+        # one such temporary at a time, in the order autograd's own sweep sums them
+        pull_back(results, [ct.pop(o, None) for o in outs], roots, level,
+                  lambda i, c: accumulate(ct, wrt[i], c, wrt[i] < n_in))
         stats = self.stats
         stats.tape_seconds += t1 - t0
         stats.backward_seconds += time.perf_counter() - t1
+
+
+def taped(fun: Callable, args: list, kwargs: dict, level: int) -> Any:
+    """``fun(*args, **kwargs)`` under the tape at ``level``: what autograd's primitive wrapper
+    does (the raw function on the values, a :class:`VJPNode` of the boxed arguments, a box of
+    the result), without its search of the arguments for the top trace (every box here is of
+    ``level``) and its second call of itself; ``args`` is the replay's own list. On 1000-float
+    ops (the nested loop of benchmarks.programs, n=3162, load 3.4) the taped replay took 13 us
+    an op this way, 17 us through the wrapper."""
+    argnums, parents = [], []
+    for i, a in enumerate(args):
+        if isbox(a):
+            argnums.append(i)
+            parents.append(a._node)
+            args[i] = a._value
+    ans = fun.fun(*args, **kwargs)
+    if not argnums:                             # no traced argument: a constant, as autograd's
+        return ans
+    return new_box(ans, level, VJPNode(ans, fun, tuple(args), kwargs, tuple(argnums),
+                                       tuple(parents)))
 
 
 def accumulate(ct: dict, p: int, c: Any, owned: bool) -> None:
@@ -130,8 +157,16 @@ def accumulate(ct: dict, p: int, c: Any, owned: bool) -> None:
     of its own, summed into in place, so that a sum never holds two of it; others are summed
     as autograd sums them."""
     old = ct.get(p)
-    if old is None:
-        ct[p] = c.copy() if owned and isinstance(c, np.ndarray) else c
+    if type(c) in sparse_object_types:          # an index's VJP: added into a dense sum
+        vs = vspace(c)
+        if old is not None and not (owned and isinstance(old, np.ndarray)):
+            old = vs.mut_add(None, old)         # a copy of its own, as autograd makes
+        ct[p] = sparse_add(vs, old, c)
+    elif old is None:
+        # order="K": the layout of the cotangents to come (a VJP of ``dot`` returns them
+        # transposed; summing an F-ordered array into a C-ordered one took 190 us against
+        # 19 us for 256x256 float64 in one thread)
+        ct[p] = c.copy(order="K") if owned and isinstance(c, np.ndarray) else c
     elif owned and isinstance(old, np.ndarray) and isinstance(c, np.ndarray) and \
             old.shape == c.shape and np.can_cast(c.dtype, old.dtype, "same_kind"):
         np.add(old, c, out=old)
@@ -148,26 +183,35 @@ class _End:
         self.parents: list = []
 
 
-def pull_back(outs: list, cts: list, roots: list, level: int) -> list:
-    """The cotangents of ``roots`` (the segment's boxed inputs) given those of its outputs
-    ``outs`` (None: none reached it), by autograd's own node VJPs and accumulation, in the
-    order of its ``backward_pass``; a root no cotangent reaches gets None. (One pass for
-    several boxed inputs and outputs, without the tuple boxes ``make_vjp`` would need.)"""
+def pull_back(outs: list, cts: list, roots: list, level: int,
+              sink: Callable[[int, Any], None]) -> None:
+    """Pull the cotangents ``cts`` of a taped segment's outputs ``outs`` (None: none reached
+    it) back to its boxed inputs ``roots``, by autograd's own node VJPs and accumulation in the
+    order of its ``backward_pass``: ``sink(i, g)`` receives each cotangent ``g`` that reaches
+    ``roots[i]``, as it arrives (the caller sums them where it keeps them, so no root's sum is
+    held here). One pass for several boxed inputs and outputs, without the tuple boxes
+    ``make_vjp`` would need."""
     end, outgrads = _End(), {}
+    index = {r: i for i, r in enumerate(roots)}
     for o, g in zip(outs, cts):
         if g is not None and isbox(o) and o._trace == level:
             node = o._node
+            if node in index:                   # an output that is an input, passed through
+                sink(index[node], g)
+                continue
             if node not in outgrads:
                 end.parents.append(node)
             outgrads[node] = add_outgrads(outgrads.get(node), g)
-    found = dict.fromkeys(roots)
     for node in toposort(end):
-        if node is end:
+        if node is end or node in index:
             continue
         g = outgrads.pop(node)[0]
-        if node in found:
-            found[node] = g
-            continue
         for parent, ingrad in zip(node.parents, node.vjp(g)):
-            outgrads[parent] = add_outgrads(outgrads.get(parent), ingrad)
-    return [found[r] for r in roots]
+            i = index.get(parent)
+            if i is not None:
+                sink(i, ingrad)
+            else:
+                outgrads[parent] = add_outgrads(outgrads.get(parent), ingrad)
+        # the loop's names would hold the last cotangent (an RNN step's 512 kB for W) while
+        # the next op's VJP runs (tracemalloc: two of them at the peak)
+        g = ingrad = None

@@ -36,6 +36,8 @@ from typing import Any
 
 from .actions import Action, Advance, Free, Restore, Reverse, Snapshot
 from .binomial import binomial_actions, optimal_plain_steps
+from .chain import group, grouped
+from .grouped import on_stages
 from .mixed import mixed_actions
 from .validate import check_positive_int
 
@@ -231,41 +233,30 @@ class DiskPlan:
                 f"write_cost={self.write_cost:g}, read_cost={self.read_cost:g})")
 
 
-def on_stages(plan: Any, bounds: list[int]) -> Iterator[Action]:
-    """The actions of ``plan`` (over groups: group ``g`` is stages ``bounds[g]..bounds[g+1]-1``)
-    in stage indices."""
-    for a in plan:
-        kind = type(a)
-        if kind is Advance or kind is Reverse:
-            yield kind(bounds[a.start], bounds[a.stop])
-        elif kind is Snapshot:
-            yield Snapshot(bounds[a.index], a.storage)
-        else:
-            yield kind(bounds[a.index])
-
-
 class GroupedDisk:
     """Disk-Revolve (:class:`DiskPlan`) over groups of a chain's stages within ``memory`` bytes of
     RAM, for a recorded program with a disk tier: the chain is cut into ``groups`` groups of
-    about equal plain time at cuts with few live bytes (``chain.group``), as many RAM
-    slots as the budget holds at the largest boundary's bytes once the working set, the live
-    cut and the next one, ``in_flight`` snapshots in the disk's queues (one written behind, one
-    read ahead), one group's tape and the disk table are set aside; a snapshot costs
-    ``write_seconds`` to write and ``read_seconds`` to read (measured). Iterate it for the
-    actions in stage indices; ``seconds``, ``peak_bytes``, ``plain_stages``, ``taped_stages``,
-    ``disk_writes`` and ``disk_reads`` are its predictions, as
+    about equal plain time at cuts with few live bytes (``chain.group``), with as many RAM slots
+    as the budget holds at the largest boundary's bytes once the working set, the live cut and
+    the next one (or a group's inside, if more), ``in_flight`` snapshots in the disk's queues
+    (one written behind, one read ahead), one group's tape and the disk table are set aside; a
+    snapshot costs ``write_seconds`` to write and ``read_seconds`` to read (measured). Iterate
+    it for the actions in stage indices; ``seconds``, ``peak_bytes``, ``plain_stages``,
+    ``taped_stages``, ``disk_writes`` and ``disk_reads`` are its predictions, as
     ``grouped.GroupedRevolve``'s."""
 
     uses_disk = True
 
     def __init__(self, chain: Any, memory: int, groups: int, write_seconds: float,
                  read_seconds: float, in_flight: int = 2) -> None:
-        from .chain import group, grouped           # chain imports this layer's planners
         self.bounds = bounds = group(chain, groups)
         coarse = grouped(chain, bounds)
         g, big, tape = coarse.n, int(coarse.cuts.max()), int(coarse.tape.max())
         table = DiskTable.bytes_for(g)
-        room = memory - coarse.work - (2 + in_flight) * big - tape - table
+        # as GroupedRevolve: the live cut and the next one while advancing (inside a group, the
+        # live values at its own cuts), one group's tape; and the snapshots in the disk queues
+        live = max(2 * big, int(coarse.spike.max()))
+        room = memory - coarse.work - live - in_flight * big - tape - table
         slots = min(g, room // big) if big else g
         if room < 0 or slots < 1:
             raise ValueError(f"memory={memory} bytes does not hold one RAM slot beside {g} "
@@ -275,7 +266,7 @@ class GroupedDisk:
         self.plan = DiskPlan(g, slots, write_seconds / step,
                              max(0.0, read_seconds - step) / step)
         self.seconds = self.plan.cost * step + float(coarse.taped.sum())
-        self.peak_bytes = coarse.work + (slots + 2 + in_flight) * big + tape + table
+        self.peak_bytes = coarse.work + (slots + in_flight) * big + live + tape + table
         self.slots, self.stages, self.seq_len = slots, g, chain.n
         plain = 0
         for action in self.plan:                 # stage evaluations: exact, streamed
