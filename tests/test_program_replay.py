@@ -165,3 +165,27 @@ def test_group_holds_a_few_bytes_an_op_while_it_plans():
         peak = tracemalloc.get_traced_memory()[1] - base
         tracemalloc.stop()
         assert peak < 24 * n, (stages, peak / n)
+
+
+def test_a_least_budget_set_by_planning_holds_under_tracemalloc():
+    """A solver of two floats whose Newton loop runs ~1,400 ops: its least budget is what
+    planning's per-op arrays need beside the trace; the first gradient at exactly that budget
+    peaked at 1.003 of it while planning counted 96 bytes an op."""
+    import re
+    import sys
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from test_program import implicit_euler
+    p, y = numpy.array([3.0]), numpy.array([1.0, 0.5])
+    grad(implicit_euler, (0, 1))(p, y)                      # autograd's own first-call caches
+    with pytest.raises(ValueError, match="bytes in all") as err:
+        grad(checkpoint_program(implicit_euler, memory=1), (0, 1))(p, y)
+    least = int(re.search(r"(\d+) bytes in all", str(err.value)).group(1))
+    del err                 # its traceback's frames: 27 kB more at the peak when kept (measured)
+    g = checkpoint_program(implicit_euler, memory=least)
+    tracemalloc.start()
+    try:
+        grad(g, (0, 1))(p, y)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert g.stats.ops > 1000 and peak <= least, (peak, least)

@@ -62,7 +62,9 @@ TAPED_OVERHEAD_B = 2000
 SNAPSHOT_OVERHEAD_B = 1500
 VALUE_OVERHEAD_B = 200
 SWEEP_OVERHEAD_B = 64 * 1024
-PLANNING_BYTES_PER_OP = 96      # planning's per-op arrays (times, sizes, live bytes) at once
+PLANNING_BYTES_PER_OP = 112     # planning's per-op arrays (times, sizes, live bytes) at once:
+                                # at 96 an implicit Euler solver of 1395 ops on two floats,
+                                # whose least budget planning sets, peaked at 1.003 of it
 GROUP_BYTES = 160               # grouping's arrays and bounds, per group (tracemalloc: ~100)
 # The DP's groups: as many as fit in this share of the recorded run's time. Its time grows as
 # stages^2 (a Python step per segment, ~25 us) and stages^3 x units (~18 ns an element, /6):
