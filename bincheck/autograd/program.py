@@ -19,6 +19,9 @@ holding only a few snapshots. One gradient of ``g``:
    accumulation (:func:`~bincheck.autograd.replay.pull_back`), so the arithmetic is plain
    autograd's.
 
+A call whose trace has the last call's structure reuses its plan, its recording taking the
+plan's first snapshots (:mod:`.expect`): the replay then starts at its first taped segment.
+
 Under an outer derivative of the gradient (``grad`` of ``grad``, Hessian-vector products) or
 forward mode, ``g`` runs ``f`` itself: exact, without checkpointing.
 """
