@@ -19,6 +19,9 @@ holding only a few snapshots. One gradient of ``g``:
    accumulation (:func:`~bincheck.autograd.replay.pull_back`), so the arithmetic is plain
    autograd's.
 
+A call whose trace has the last call's structure reuses its plan, its recording taking the
+plan's first snapshots (:mod:`.expect`): the replay then starts at its first taped segment.
+
 Under an outer derivative of the gradient (``grad`` of ``grad``, Hessian-vector products) or
 forward mode, ``g`` runs ``f`` itself: exact, without checkpointing.
 """
@@ -45,7 +48,9 @@ from ..schedule.grouped import GroupedRevolve
 from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable, check_disk,
                                  check_positive_int, exactly_one_budget)
 from ..tree import flatten, unflatten
+from ..schedule.actions import Reverse
 from .boundary import expand_boxes, reverse_traced
+from .expect import Capture, Captured, Expectation
 from .program_disk import disk_plan
 from .replay import Replay, env_nbytes
 from .trace import Trace, boxable, record, value_nbytes
@@ -109,21 +114,42 @@ class ProgramCall:
         self.trace: Trace | None = None
         self.inputs: list = []
         self.plan: Any = None
+        self.captured: dict | None = None    # cut -> the snapshot the recording took there
         self.packed: list[int] = []          # value ids of the primitive's outputs
 
-    def forward(self, leaves: tuple) -> tuple:
+    def forward(self, leaves: tuple, learn: bool = True) -> tuple:
+        """Record ``f`` (taking the expected plan's first snapshots, :mod:`.expect`) and plan;
+        with ``learn``, what the next call may expect is this call's plan."""
         t0 = time.perf_counter()
         program, stats = self.program, self.stats
         self.inputs = list(leaves)
+        expect = program.expected.get("last") if learn else None
+        capture: list = []
+
+        def started(tr: Trace) -> None:
+            if expect is not None:
+                capture.append(Capture(expect, tr))
+                tr.watch = capture[0].made
         tr, (ids, values, out_def) = record(
             program.f, self.inputs, self.rebuild, program.verify,
-            REVOLVE_ABOVE if program.memory is None else None)
+            REVOLVE_ABOVE if program.memory is None else None, started)
+        tr.watch = None
         t1 = time.perf_counter()
         self.trace, self.out = tr, (ids, values, out_def)
         stats.ops = stats.plain_ops = tr.n
         stats.record_seconds = t1 - t0
         stats.plain_seconds = t1 - t0
-        self.plan = program.plan_for(tr, self.inputs)
+        self.captured = capture[0].finish() if capture else None
+        if self.captured is not None:       # the last call's structure: its plan, captured
+            self.plan = expect.plan
+        else:
+            self.plan = program.plan_for(tr, self.inputs)
+            if learn:
+                nxt = Expectation.of(tr, self.plan)
+                if nxt is None:
+                    program.expected.pop("last", None)
+                else:
+                    program.expected["last"] = nxt
         tr.release_plan_columns()
         stats.trace_bytes = tr.nbytes
         stats.stages = self.plan.stages
@@ -150,8 +176,13 @@ class ProgramCall:
         disk = open_disk(self.program.disk) if self.plan.uses_disk else None
         store = MemoryStore(disk, size=env_nbytes)
         executor = Executor(tr.n, {}, store)
+        actions = iter(self.plan.actions)   # a Plan or ChainPlan: re-iterable
         try:
-            executor.run(iter(self.plan.actions), replay)   # a Plan or ChainPlan: re-iterable
+            if self.captured is not None:   # the recording ran the first sweep
+                first = executor.run(actions, Captured(self.captured), until=Reverse)
+                self.captured = None
+                executor.apply(first, replay)
+            executor.run(actions, replay)
         finally:                  # the call's files go, whatever ended the sweep
             if disk is not None:
                 stats.add_disk(disk)
@@ -207,6 +238,7 @@ class CheckpointedProgram(Configured):
         self.f, self.num_ckpts, self.memory = f, num_ckpts, memory
         self.verify, self.disk = verify, disk
         self.disk_costs: dict = {}        # measured (write, read) seconds per snapshot size
+        self.expected: dict = {}          # "last": what the next call expects (:mod:`.expect`)
         self._freeze()
         self.stats = ProgramStats()
 
@@ -328,7 +360,7 @@ class CheckpointedProgram(Configured):
         and ``seconds`` predicted, ``plain_ops`` and ``taped_ops`` of the replay."""
         leaves, tree_def = flatten(expand_boxes(args))
         call = ProgramCall(self, lambda ls: tuple(unflatten(tree_def, ls)))
-        call.forward(tuple(leaves))
+        call.forward(tuple(leaves), learn=False)
         return call.plan
 
 

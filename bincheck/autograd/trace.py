@@ -95,7 +95,7 @@ class Trace:
 
     __slots__ = ("n_in", "templates", "_keys", "tmpl", "parents", "start", "arity", "out_bytes",
                  "seconds", "last", "outputs", "consts_bytes", "_t", "diff", "prints",
-                 "plan_limit")
+                 "plan_limit", "watch")
 
     def __init__(self, n_in: int, plan_limit: int | None = None) -> None:
         self.n_in = n_in
@@ -103,6 +103,7 @@ class Trace:
         # (None: always); beyond it the plan needs none (Revolve over the ops), so they are
         # dropped and no longer recorded: the recording then holds the trace alone
         self.plan_limit = plan_limit
+        self.watch: Callable[[int, Any], None] | None = None   # told of each op's result
         # (fun, argnums, args with None for traced and open places, kwargs, column or None)
         self.templates: list[tuple] = []
         self._keys: dict = {}
@@ -153,6 +154,8 @@ class Trace:
         self.diff.append(boxable(value))
         if self.prints is not None:
             self.prints[self.n - 1] = fingerprint(value)
+        if self.watch is not None:
+            self.watch(self.n - 1, value)
         return self.n_in + self.n - 1
 
     def _new_template(self, key: tuple, fun: Callable, args: tuple, kwargs: dict,
@@ -287,11 +290,14 @@ notrace_primitives[RecNode] = notrace_primitives[VJPNode]
 
 
 def record(f: Callable, leaves: list, rebuild: Callable[[list], tuple],
-           verify: bool = False, plan_limit: int | None = None) -> tuple[Trace, Any]:
+           verify: bool = False, plan_limit: int | None = None,
+           started: Callable[[Trace], None] | None = None) -> tuple[Trace, Any]:
     """Run ``f(*rebuild(boxed leaves))`` once, recording it: (the trace, (each result leaf's
     value id, -1 for a constant; the result leaves as plain values; the result's structure));
-    ``plan_limit``: see :class:`Trace`."""
+    ``plan_limit``: see :class:`Trace`; ``started(trace)`` before ``f`` runs."""
     tr = Trace(len(leaves), plan_limit)
+    if started is not None:
+        started(tr)
     if verify:
         tr.prints = {}
     with trace_stack.new_trace() as level:

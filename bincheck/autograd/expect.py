@@ -1,0 +1,155 @@
+"""Plan reuse for :func:`~bincheck.autograd.program.checkpoint_program`: the recording takes
+the plan's first snapshots.
+
+A call whose recorded trace has the same structure as the last call's (the same ops on the same
+wiring, with results of the same sizes) is planned alike. So after each call the program keeps an
+:class:`Expectation`: the last plan, the cuts its first sweep stops at (its snapshots, and the
+start of its first taped segment), the values live at each of them (the previous trace's live
+sets: ids only), and checksums of the trace's structure up to each of those cuts. The next
+call's recording holds on to those values as the program makes them and, at each cut, checks
+the structure recorded so far and takes the snapshot. If the structure differs anywhere, the
+captures are dropped and the call is planned afresh; if it holds to the end, the backward starts
+at the plan's first taped segment, with no replay of the first sweep: each op is evaluated one
+time fewer (the recording is the first sweep).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+
+from ..schedule.actions import Advance, Reverse, Snapshot
+
+MAX_CUTS = 256          # a first sweep stopping at more cuts is not captured (live sets per cut)
+
+
+def structure(tr: Any, upto: int, crc: int = 0, start: int = 0) -> int:
+    """A checksum of ops ``start .. upto - 1`` of the trace's structure (their templates' ops
+    and traced positions, their parents and their results' sizes where recorded), continuing
+    ``crc``."""
+    tmpl, starts = tr.tmpl, tr.start
+    crc = zlib.crc32(memoryview(tmpl)[start:upto], crc)
+    lo = starts[start] if start < len(starts) else len(tr.parents)
+    hi = starts[upto] if upto < len(starts) else len(tr.parents)
+    crc = zlib.crc32(memoryview(tr.parents)[lo:hi], crc)
+    if tr.plan_limit is None:               # memory=: the sizes plan it too
+        crc = zlib.crc32(memoryview(tr.out_bytes)[start:upto], crc)
+    for index in sorted({tmpl[k] for k in range(start, upto)}):
+        fun, argnums = tr.templates[index][:2]
+        crc = zlib.crc32(repr((index, getattr(fun, "__qualname__", id(fun)), id(fun),
+                               argnums)).encode(), crc)
+    return crc
+
+
+class Expectation:
+    """What the next call expects (see the module docstring); None from :meth:`of` where the
+    plan's first sweep cannot be captured."""
+
+    def __init__(self, plan: Any, n: int, n_in: int, cuts: list[int], live: dict,
+                 checks: dict) -> None:
+        self.plan, self.n, self.n_in = plan, n, n_in
+        self.cuts, self.live, self.checks = cuts, live, checks
+        self.need: dict[int, int] = {}          # value -> the last cut capturing it
+        for c in cuts:
+            for v in live[c]:
+                self.need[v] = c
+
+    @classmethod
+    def of(cls, tr: Any, plan: Any) -> "Expectation | None":
+        if getattr(plan, "uses_disk", False) or tr.n == 0:
+            return None
+        cuts = [0]
+        for action in plan.actions:            # the first sweep: its snapshots and advances
+            kind = type(action)
+            if kind is Reverse:
+                break
+            if kind is Advance or kind is Snapshot:
+                c = action.stop if kind is Advance else action.index
+                if c != cuts[-1]:
+                    cuts.append(c)
+                if len(cuts) > MAX_CUTS:
+                    return None
+        cuts = sorted(set(cuts))
+        n_in = tr.n_in
+        last = np.frombuffer(tr.last, dtype=np.int32)[n_in:]
+        made = np.arange(tr.n)
+        live = {c: tuple(int(k) + n_in for k in np.flatnonzero((made < c) & (last >= c)))
+                for c in cuts}
+        checks, crc, prev = {}, 0, 0
+        for c in cuts:
+            crc = structure(tr, c, crc, prev)
+            checks[c], prev = crc, c
+        checks[tr.n] = structure(tr, tr.n, crc, prev)
+        return cls(plan, tr.n, n_in, cuts, live, checks)
+
+
+class Capture:
+    """The recording's side: hold the expected values as they are made and take each cut's
+    snapshot once its structure checks; ``ok`` turns False at the first difference."""
+
+    def __init__(self, expect: Expectation, tr: Any) -> None:
+        self.expect, self.tr = expect, tr
+        self.hold: dict[int, Any] = {}
+        self.snapshots: dict[int, dict] = {}
+        self.ok = tr.n_in == expect.n_in
+        self.crc, self.prev = 0, 0
+        self.next = 0                        # index into expect.cuts
+        self._cut(0)
+
+    def made(self, k: int, value: Any) -> None:
+        """Op ``k`` made ``value``."""
+        if not self.ok:
+            return
+        e = self.expect
+        v = self.tr.n_in + k
+        if v in e.need:
+            self.hold[v] = value
+        if k + 1 >= e.n + 1:
+            self.drop()
+        elif self.next < len(e.cuts) and e.cuts[self.next] == k + 1:
+            self._cut(k + 1)
+
+    def _cut(self, c: int) -> None:
+        e, tr = self.expect, self.tr
+        self.crc = structure(tr, c, self.crc, self.prev)
+        self.prev = c
+        if self.crc != e.checks[c]:
+            self.drop()
+            return
+        hold = self.hold
+        self.snapshots[c] = {v: hold[v] for v in e.live[c]}
+        for v in [v for v in hold if e.need[v] <= c]:
+            del hold[v]
+        self.next += 1
+
+    def drop(self) -> None:
+        self.ok = False
+        self.hold, self.snapshots = {}, {}
+
+    def finish(self) -> dict | None:
+        """The snapshots by cut if the whole trace had the expected structure, else None."""
+        e, tr = self.expect, self.tr
+        if not self.ok or tr.n != e.n or self.next != len(e.cuts) or \
+                structure(tr, tr.n, self.crc, self.prev) != e.checks[tr.n]:
+            self.drop()
+            return None
+        self.hold = {}
+        return self.snapshots
+
+
+class Captured:
+    """The executor's stepper for the first sweep the recording did: an advance gives the
+    snapshot the recording took at its end."""
+
+    __slots__ = ("snapshots",)
+
+    def __init__(self, snapshots: dict) -> None:
+        self.snapshots = snapshots
+
+    def advance(self, env: dict, start: int, stop: int) -> dict:
+        return self.snapshots[stop]
+
+    def reverse(self, env: dict, start: int, stop: int) -> None:
+        raise AssertionError("the first sweep ends at its first Reverse")

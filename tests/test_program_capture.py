@@ -1,0 +1,82 @@
+"""checkpoint_program's plan reuse (issue 30): a call whose trace has the last call's structure
+takes the plan's first snapshots while it records, and is exact; one whose structure differs
+anywhere drops them and is planned afresh."""
+
+import tracemalloc
+
+import autograd.numpy as np
+import numpy
+import pytest
+from autograd import grad
+
+from bincheck import checkpoint_program
+from test_program import CASES, branchy, close, implicit_euler, nested, rnn
+
+rng = numpy.random.RandomState(3)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("budget", [{"num_ckpts": 3}, {"memory": 400_000}])
+def test_a_repeated_call_records_its_first_sweep_and_is_exact(name, budget):
+    f, args = CASES[name]
+    argnums = tuple(range(len(args)))
+    want = grad(f, argnums)(*args)
+    g = checkpoint_program(f, **budget)
+    counts = []
+    for _ in range(3):
+        got = grad(g, argnums)(*args)
+        for u, v in zip(numpy.concatenate([numpy.ravel(x) for x in _leaves(got)]),
+                        numpy.concatenate([numpy.ravel(x) for x in _leaves(want)])):
+            assert u == pytest.approx(v, rel=1e-12, abs=1e-14)
+        counts.append(g.stats.plain_ops)
+    # the first sweep's advances are the recording's: fewer plain evaluations from the second
+    # call on, where the plan advances before its first taped segment at all
+    assert counts[1] == counts[2] <= counts[0]
+    if g.preview(*args).plain_ops > 0:
+        assert counts[1] < counts[0], counts
+
+
+def _leaves(tree):
+    if isinstance(tree, dict):
+        return [x for k in sorted(tree) for x in _leaves(tree[k])]
+    if isinstance(tree, (list, tuple)):
+        return [x for t in tree for x in _leaves(t)]
+    return [tree]
+
+
+@pytest.mark.parametrize("budget", [{"num_ckpts": 3}, {"memory": 400_000}])
+def test_a_call_whose_control_flow_differs_drops_what_it_captured(budget):
+    g = checkpoint_program(implicit_euler, **budget)
+    y = numpy.array([1.0, 0.5])
+    for mu in (3.0, 3.0, 5.0, 3.0, 0.5):       # Newton's trip counts differ with mu
+        p = numpy.array([mu])
+        close(grad(g, (0, 1))(p, y), grad(implicit_euler, (0, 1))(p, y), rtol=1e-12)
+    h = checkpoint_program(branchy, **budget)
+    for x in (rng.randn(4), -abs(rng.randn(4)), abs(rng.randn(4)), rng.randn(4)):
+        close(grad(h, (0, 1))(x, 0.7), grad(branchy, (0, 1))(x, 0.7))
+
+
+def test_other_shapes_with_the_same_ops_are_exact():
+    for budget in ({"num_ckpts": 3}, {"memory": 400_000}):
+        g = checkpoint_program(nested, **budget)
+        for size in (5, 5, 9, 5):
+            y = rng.rand(size) + 0.5
+            close(grad(g, (0, 1))(y, 1.01), grad(nested, (0, 1))(y, 1.01))
+
+
+@pytest.mark.parametrize("memory", [150_000, 250_000])
+def test_a_repeated_call_holds_its_budget(memory):
+    W, U = rng.randn(16, 16) * 0.3, rng.randn(3, 16) * 0.3
+    xs, h0 = rng.randn(60, 4, 3), rng.randn(4, 16)
+    g = checkpoint_program(rnn, memory=memory)
+    grad(rnn, (0, 1, 3))(W, U, xs, h0)
+    peaks = []
+    for _ in range(3):
+        tracemalloc.start()
+        try:
+            grad(g, (0, 1, 3))(W, U, xs, h0)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    assert max(peaks) <= memory, peaks
+    assert g.stats.plain_ops < 3 * g.stats.ops          # the plan recomputes, captured or not
