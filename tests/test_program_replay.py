@@ -189,3 +189,21 @@ def test_a_least_budget_set_by_planning_holds_under_tracemalloc():
     finally:
         tracemalloc.stop()
     assert g.stats.ops > 1000 and peak <= least, (peak, least)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_grouped_revolve_prices_an_advance_or_a_reverse_never_both(seed):
+    """An advance holds the live values, a reverse its input cut and its group's tape: the
+    prediction, their larger (not their sum, which cost an RNN at binomial's peak for 10 two of
+    its snapshots), still bounds the chain model's simulation of every action."""
+    rs = numpy.random.RandomState(seed)
+    n = int(rs.randint(60, 300))
+    cuts = rs.randint(1_000, 20_000, n + 1)
+    chain = Chain(rs.rand(n) + 0.1, rs.rand(n) + 0.3, rs.randint(0, 40_000, n), cuts,
+                  int(rs.randint(0, 50_000)), rs.randint(0, 60_000, n))
+    for groups in (16, 32, 64):
+        try:
+            plan = GroupedRevolve(chain, 600_000, groups)
+        except ValueError:
+            continue
+        assert chain_cost(chain, iter(plan)).peak_bytes <= plan.peak_bytes <= 600_000

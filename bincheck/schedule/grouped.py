@@ -34,14 +34,17 @@ class GroupedRevolve:
         # advances (inside a group: the live values at its own cuts, its spike), and one
         # group's tape
         live = max(2 * big, int(coarse.spike.max()))
-        room = memory - coarse.work - live - tape
+        # an advance holds the live values (``live``), a reverse its input cut, its group's tape
+        # and a stage's spike while it is taped: never both (a Reverse consumes the live state)
+        held = max(live, big + tape + int(chain.spike.max()))
+        room = memory - coarse.work - held
         slots = int(min(g, room // big if big else g))
         if room < 0 or slots < 1:
             raise ValueError(f"memory={memory} bytes does not hold one of {g} groups taped alone")
         self.plan = Plan(g, slots)
         # priced by that bound and the groups' mean time (:func:`~.chain.group` balances them):
         # no per-stage table, so planning holds only the groups' arrays
-        self.peak_bytes = coarse.work + slots * big + live + tape
+        self.peak_bytes = coarse.work + slots * big + held
         self.seconds = self.plan.plain_steps * float(coarse.plain.mean()) + \
             float(coarse.taped.sum())
         self.slots, self.stages, self.seq_len = slots, g, chain.n
