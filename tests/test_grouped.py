@@ -58,3 +58,20 @@ def test_a_pause_recorded_in_one_stage_does_not_move_boundaries_onto_large_cuts(
     bounds = group(chain, 128)
     assert max(cuts[b] for b in bounds) == 2000
     assert len(bounds) > 64                       # elsewhere the groups are as asked
+
+
+def test_cut_zero_costs_its_own_bytes_not_a_slot_of_the_largest():
+    """Revolve's first snapshot is cut 0, held throughout; a program's cut 0 holds no value (its
+    inputs are held anyway). Priced as the largest boundary, it cost an RNN at
+    binomial_checkpoint's peak for 10 one of its 64 kB snapshots (issue 30, benchmark (b))."""
+    n, big, tape, work = 40, 10_000, 3_000, 5_000
+    cuts = numpy.full(n + 1, big)
+    cuts[0] = 100
+    chain = Chain(numpy.ones(n), numpy.full(n, 3.0), numpy.full(n, tape), cuts, work)
+    held = max(2 * big, big + tape)                   # a reverse: its input cut and one tape
+    memory = work + held + 100 + 5 * big              # cut 0 and five more snapshots
+    plan = GroupedRevolve(chain, memory, n)
+    assert plan.slots == 6                            # it was 5: cut 0 priced at `big`
+    cost = chain_cost(chain, iter(plan))
+    assert cost.peak_snapshots == 6
+    assert cost.peak_bytes <= plan.peak_bytes == memory

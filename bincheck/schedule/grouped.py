@@ -37,14 +37,17 @@ class GroupedRevolve:
         # an advance holds the live values (``live``), a reverse its input cut, its group's tape
         # and a stage's spike while it is taped: never both (a Reverse consumes the live state)
         held = max(live, big + tape + int(chain.spike.max()))
-        room = memory - coarse.work - held
-        slots = int(min(g, room // big if big else g))
-        if room < 0 or slots < 1:
+        # Revolve's first snapshot is cut 0, held throughout: its own bytes (a program's cut 0
+        # holds no value, its inputs are held anyway), the other slots the largest boundary's
+        first = int(coarse.cuts[0])
+        room = memory - coarse.work - held - first
+        slots = int(min(g, 1 + room // big if big else g))
+        if room < 0:
             raise ValueError(f"memory={memory} bytes does not hold one of {g} groups taped alone")
         self.plan = Plan(g, slots)
         # priced by that bound and the groups' mean time (:func:`~.chain.group` balances them):
         # no per-stage table, so planning holds only the groups' arrays
-        self.peak_bytes = coarse.work + slots * big + held
+        self.peak_bytes = coarse.work + first + (slots - 1) * big + held
         self.seconds = self.plan.plain_steps * float(coarse.plain.mean()) + \
             float(coarse.taped.sum())
         self.slots, self.stages, self.seq_len = slots, g, chain.n
