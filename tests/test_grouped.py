@@ -7,17 +7,22 @@ from bincheck.schedule.chain import Chain, chain_cost
 from bincheck.schedule.grouped import GroupedRevolve
 
 
-def _chain(n, seed):
+def _chain(n, seed, adjoint=False):
     rs = numpy.random.RandomState(seed)
     cuts = rs.randint(100, 5000, n + 1)
     cuts[rs.rand(n + 1) < 0.2] = 50                 # cheap boundaries, as between loop steps
-    return Chain(rs.rand(n) + 0.1, 3 * rs.rand(n) + 0.3, rs.randint(1000, 20000, n), cuts, 500)
+    # torch's chains: the adjoint's bytes at each cut and a pull-back's own beside its spike
+    more = dict(spike=rs.randint(0, 3000, n), adj=rs.randint(0, 8000, n + 1),
+                back=rs.randint(0, 6000, n)) if adjoint else {}
+    return Chain(rs.rand(n) + 0.1, 3 * rs.rand(n) + 0.3, rs.randint(1000, 20000, n), cuts, 500,
+                 **more)
 
 
+@pytest.mark.parametrize("adjoint", [False, True])
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("groups", [8, 64, 300])
-def test_plans_are_valid_and_predictions_bound_the_simulation(seed, groups):
-    chain = _chain(300, seed)
+def test_plans_are_valid_and_predictions_bound_the_simulation(seed, groups, adjoint):
+    chain = _chain(300, seed, adjoint)
     memory = 1_500_000
     plan = GroupedRevolve(chain, memory, groups)
     cost = chain_cost(chain, iter(plan))                  # raises on an invalid action

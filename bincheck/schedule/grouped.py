@@ -35,8 +35,12 @@ class GroupedRevolve:
         # group's tape
         live = max(2 * big, int(coarse.spike.max()))
         # an advance holds the live values (``live``), a reverse its input cut, its group's tape
-        # and a stage's spike while it is taped: never both (a Reverse consumes the live state)
-        held = max(live, big + tape + int(chain.spike.max()))
+        # and a stage's spike while it is taped, or what its pull-back holds beside the tape
+        # (``back``): never both (a Reverse consumes the live state). Both may hold the
+        # adjoint (after the first reverse), at most its largest (``adj``: none for autograd's
+        # chains, whose pull-back is their spike)
+        stage = max(int(chain.spike.max()), int(chain.back.max()))
+        held = max(live, big + tape + stage) + int(chain.adj.max())
         # Revolve's first snapshot is cut 0, held throughout: its own bytes (a program's cut 0
         # holds no value, its inputs are held anyway), the other slots the largest boundary's
         first = int(coarse.cuts[0])
