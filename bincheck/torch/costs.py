@@ -129,7 +129,7 @@ def chain_of(tr: Trace, bounds: list[int], work: int) -> Chain:
     n = tr.n
     back[-1] = max(back[-1], (CALLER_COTANGENTS - 1) * sum(
         nb for v, nb in enumerate(tr.grad_bytes) if tr.last[v] == n))
-    seconds = np.add.reduceat(np.asarray(tr.seconds), starts)
+    seconds = np.add.reduceat(np.asarray(tr.seconds, dtype=np.float64), starts)
     counts = np.diff(bounds)
     # a taped segment is a replay keeping what autograd saved: as long as a plain one
     return Chain(seconds, seconds + TAPED_OVERHEAD_S * counts,

@@ -78,7 +78,7 @@ class _Recorder(TorchDispatchMode):
             g = self.ptr_group.get(ptr) if ptr else None
             if g is None:
                 g = len(tr.group_bytes)
-                tr.group_bytes.append(0)          # externals are the user's: no bytes here
+                tr.push("group_bytes", 0)        # externals are the user's: no bytes here
                 tr.saved.append(0)
                 if ptr:
                     self.ptr_group[ptr] = g
@@ -137,7 +137,7 @@ class _Recorder(TorchDispatchMode):
                     nb = a.numel() * a.element_size()
                     grad_in += nb
                     if v >= 0:
-                        tr.grad_bytes[v] = nb
+                        tr.put("grad_bytes", v, nb)
                 ptr = a.untyped_storage().data_ptr()
                 if ptr:
                     ptrs.setdefault(ptr, self._group(v))
@@ -179,7 +179,7 @@ class _Recorder(TorchDispatchMode):
             g = ptrs.get(ptr) if ptr else None
             if g is None:
                 g = len(tr.group_bytes)
-                tr.group_bytes.append(nb)
+                tr.push("group_bytes", nb)
                 tr.saved.append(0)
                 out_bytes += nb
             float_out = float_out or o.is_floating_point() or o.is_complex()
@@ -189,7 +189,7 @@ class _Recorder(TorchDispatchMode):
         if not float_out or not torch.is_grad_enabled() or \
                 (not written and out_bytes == 0 and outs):
             grad_in = 0
-        tr.grad_in.append(grad_in)
+        tr.push("grad_in", grad_in)
         writes = []
         for pos in written:
             t = flat[pos]
@@ -207,9 +207,11 @@ class _Recorder(TorchDispatchMode):
         tr.slot_ids.extend(v for _, v in slots)
         tr.slot_ids.extend(words)
         tr.nout.append(len(outs))
-        if writes or copies or state is not None:
-            tr.extra[k] = (tuple(writes), tuple(copies), state)
-        tr.out_bytes.append(out_bytes)
+        # a written argument the op returns is already one of its results
+        extra_writes = tuple(w for w in writes if w[1] not in outs)
+        if extra_writes or copies or state is not None:
+            tr.extra[k] = (extra_writes, tuple(copies), state)
+        tr.push("out_bytes", out_bytes)
         if self.need or tr.prints is not None:
             made = tensors_of(out)
             made += [flat[pos] for pos, _ in writes]
@@ -258,7 +260,7 @@ def record(fn: Callable, args: tuple, kwargs: dict, rng: bool, unpack: Callable,
             if v >= 0:
                 tr.last[v] = tr.n
                 if o.requires_grad:
-                    tr.grad_bytes[v] = o.numel() * o.element_size()
+                    tr.put("grad_bytes", v, o.numel() * o.element_size())
             else:
                 tr.ext_last[-1 - v] = tr.n
             ids.append(v)

@@ -64,7 +64,9 @@ class Trace:
     index: one template for every ``t``), the first value it makes and how many results it has. Values
     are numbered in the order ops make them: op ``k`` makes ``first[k] .. first[k + 1] - 1``,
     its results first, then a value for each argument it writes into that it did not return.
-    The rare ops that write, copy externals or draw random numbers keep those in ``extra``.
+    The rare ops that write into an argument they do not return (an op returning what it writes,
+    ``add_``, ``relu_``, needs no entry: its result is the new value), copy externals or draw
+    random numbers keep those in ``extra``.
     Per value: the op that made it, its last reader, its storage group, the ops whose nodes
     saved it (``saver_ks[saver_start[v]:saver_start[v + 1]]`` once :meth:`finish` ran)."""
 
@@ -77,16 +79,18 @@ class Trace:
         self.first, self.nout = array("i"), array("i")
         self.extra: dict[int, tuple] = {}     # op -> (writes, copies, rng state or None)
         self.externals: list[torch.Tensor] = []
-        self.seconds = array("d")
-        self.out_bytes = array("q")
-        self.grad_in = array("q")             # per op: bytes of the gradients its backward makes
-        self.grad_bytes = array("q")          # per value: its gradient's bytes (0: none)
+        # sizes in 4-byte words while they fit (:meth:`widen` makes a column 8-byte words once
+        # one does not); times in single precision (a planner's estimate)
+        self.seconds = array("f")
+        self.out_bytes = array("i")
+        self.grad_in = array("i")             # per op: bytes of the gradients its backward makes
+        self.grad_bytes = array("i")          # per value: its gradient's bytes (0: none)
         self.ext_last: list[int] = []         # per external: the last op reading it
         self.saved = bytearray()              # per storage group: did autograd save it
         self.defined = array("i")             # per value: the op that made it
         self.last = array("i")                # per value: the last op that reads it (n: output)
         self.group = array("i")               # per value: its storage group
-        self.group_bytes = array("q")
+        self.group_bytes = array("i")
         self.last_write: dict[int, int] = {}  # group -> last op writing into it
         self.ext_group: list[int] = []
         self.ext_grad: list[bool] = []         # per external: did it require grad
@@ -99,6 +103,26 @@ class Trace:
         self.rng_bytes = 0
         self.copied_bytes = 0
         self.signature = 0
+
+    def widen(self, name: str) -> array:
+        """Column ``name`` in 8-byte words (a size reached 2**31 bytes)."""
+        wide = array("q", getattr(self, name))
+        setattr(self, name, wide)
+        return wide
+
+    def push(self, name: str, x: int) -> None:
+        """Append size ``x`` to column ``name``, widening it if needed."""
+        try:
+            getattr(self, name).append(x)
+        except OverflowError:
+            self.widen(name).append(x)
+
+    def put(self, name: str, i: int, x: int) -> None:
+        """Set entry ``i`` of size column ``name`` to ``x``, widening it if needed."""
+        try:
+            getattr(self, name)[i] = x
+        except OverflowError:
+            self.widen(name)[i] = x
 
     @property
     def n(self) -> int:
