@@ -100,7 +100,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("budget", [{"num_ckpts": 1}, {"num_ckpts": 4}, {"num_ckpts": 1000},
-                                    {"memory": "400KB"}])
+                                    {"memory": "700KB"}])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_gradients_equal_plain_autograd(name, budget):
     f, args = CASES[name]
@@ -249,7 +249,7 @@ def test_live_set_snapshots_hold_only_what_is_used_after_the_cut():
     assert cuts[per_iteration + 1] == x.nbytes + 8 * big
 
 
-@pytest.mark.parametrize("memory", [450_000, 800_000])
+@pytest.mark.parametrize("memory", [710_000, 1_060_000])
 def test_memory_budget_holds_under_tracemalloc_and_counts_the_trace(memory):
     xs = rng.randn(200, 16, 3)
     args = (W0, U0, xs, rng.randn(16, H))
@@ -316,7 +316,7 @@ def test_preview_predicts_the_plan():
     assert p.plain_ops + g.stats.ops == g.stats.plain_ops
 
 
-@pytest.mark.parametrize("budget", [{"num_ckpts": 1}, {"num_ckpts": 3}, {"memory": 90_000},
+@pytest.mark.parametrize("budget", [{"num_ckpts": 1}, {"num_ckpts": 3}, {"memory": 360_000},
                                     {"memory": "10MB"}])
 def test_ops_returning_tuples_pass_their_cotangents(budget):
     """np.split and slogdet return tuples: a cut right after one must not treat it as a
@@ -428,7 +428,7 @@ def test_numbers_in_the_column_are_exact_signed_zeros_slices_and_floats():
         return np.sum(y ** 2)
     x, w = rng.rand(6) + 0.5, 0.7
     want = grad(f, (0, 1))(x, w)
-    for budget in ({"num_ckpts": 3}, {"memory": 200_000}):
+    for budget in ({"num_ckpts": 3}, {"memory": 460_000}):
         g = checkpoint_program(f, verify=True, **budget)
         close(grad(g, (0, 1))(x, w), want, rtol=1e-13)
 

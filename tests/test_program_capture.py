@@ -16,7 +16,7 @@ rng = numpy.random.RandomState(3)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("budget", [{"num_ckpts": 3}, {"memory": 400_000}])
+@pytest.mark.parametrize("budget", [{"num_ckpts": 3}, {"memory": 660_000}])
 def test_a_repeated_call_records_its_first_sweep_and_is_exact(name, budget):
     f, args = CASES[name]
     argnums = tuple(range(len(args)))
@@ -44,7 +44,7 @@ def _leaves(tree):
     return [tree]
 
 
-@pytest.mark.parametrize("budget", [{"num_ckpts": 3}, {"memory": 400_000}])
+@pytest.mark.parametrize("budget", [{"num_ckpts": 3}, {"memory": 660_000}])
 def test_a_call_whose_control_flow_differs_drops_what_it_captured(budget):
     g = checkpoint_program(implicit_euler, **budget)
     y = numpy.array([1.0, 0.5])
@@ -64,7 +64,7 @@ def test_other_shapes_with_the_same_ops_are_exact():
             close(grad(g, (0, 1))(y, 1.01), grad(nested, (0, 1))(y, 1.01))
 
 
-@pytest.mark.parametrize("memory", [150_000, 250_000])
+@pytest.mark.parametrize("memory", [410_000, 510_000])
 def test_a_repeated_call_holds_its_budget(memory):
     W, U = rng.randn(16, 16) * 0.3, rng.randn(3, 16) * 0.3
     xs, h0 = rng.randn(60, 4, 3), rng.randn(4, 16)
@@ -80,3 +80,29 @@ def test_a_repeated_call_holds_its_budget(memory):
             tracemalloc.stop()
     assert max(peaks) <= memory, peaks
     assert g.stats.plain_ops < 3 * g.stats.ops          # the plan recomputes, captured or not
+
+
+@pytest.mark.parametrize("program", ["implicit_euler", "rnn100"])
+@pytest.mark.parametrize("factor", [1.0, 1.5])
+def test_repeated_calls_hold_the_least_budget_after_gc_collect(program, factor):
+    """The second and third calls (the capture path) peak within ``memory=`` at the least
+    budget and above it, measured as helpers.peak_bytes does: after a full gc.collect(), which
+    empties CPython's free lists, so the tuples a call frees stay traced (they reached 1.42 and
+    1.37 of these budgets before the planner reserved INTERPRETER_BYTES for them, as the loop
+    front end does; the first call 1.71)."""
+    import re
+    from helpers import peak_bytes
+    from test_program_replay import _rnn
+    if program == "implicit_euler":
+        f, args, argnums = implicit_euler, (numpy.array([3.0]), numpy.array([1.0, 0.5])), (0, 1)
+    else:
+        (f, args), argnums = _rnn(100), (0, 1, 2)
+    grad(f, argnums)(*args)
+    with pytest.raises(ValueError, match="bytes in all") as err:
+        grad(checkpoint_program(f, memory=1), argnums)(*args)
+    memory = int(int(re.search(r"(\d+) bytes in all", str(err.value)).group(1)) * factor)
+    del err
+    g = checkpoint_program(f, memory=memory)
+    peaks = [peak_bytes(grad(g, argnums), *args)[0] for _ in range(3)]
+    assert max(peaks) <= memory, [p / memory for p in peaks]
+    assert g.stats.plain_ops < g.stats.ops + g.preview(*args).plain_ops   # the capture saves

@@ -31,7 +31,6 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-
 import numpy as np
 from autograd.core import defvjp_argnums, vspace
 from autograd.tracer import isbox, primitive
@@ -51,6 +50,7 @@ from ..tree import flatten, unflatten
 from ..schedule.actions import Reverse
 from .boundary import expand_boxes, reverse_traced
 from .expect import Capture, Captured, Expectation
+from .probe import INTERPRETER_BYTES
 from .program_disk import disk_plan
 from .replay import Replay, env_nbytes
 from .trace import Trace, boxable, record, value_nbytes
@@ -294,7 +294,7 @@ class CheckpointedProgram(Configured):
         if self.memory is None:
             cp = ChainPlan(chain, num_ckpts=self.num_ckpts)
         else:
-            trace_bytes = tr.nbytes
+            trace_bytes = tr.nbytes + INTERPRETER_BYTES     # and CPython's free lists (probe)
             planning = PLANNING_BYTES_PER_OP * n      # the per-op arrays planning builds
             # what Revolve over the ops with one snapshot needs (always a plan from there up)
             big, tape = int(chain.cuts.max()), int(chain.tape.max())
@@ -305,8 +305,9 @@ class CheckpointedProgram(Configured):
                                     planning, final) - exact) / MODEL_SHARE) + trace_bytes
             if self.memory < need:
                 raise ValueError(f"memory={self.memory} bytes is below the least this program "
-                                 f"needs: its trace ({trace_bytes} bytes), its largest live set "
-                                 f"and op taped alone, or planning's arrays, {need} bytes in all")
+                                 f"needs: its trace and free lists ({trace_bytes} bytes), its "
+                                 f"largest live set and op taped alone, or planning's arrays, "
+                                 f"{need} bytes in all")
             free = exact + int((self.memory - trace_bytes - exact) * MODEL_SHARE)
             # three candidates, the least predicted time wins: Revolve over the ops (always
             # fits from the minimum up), Revolve over many groups of ops (long traces: few
