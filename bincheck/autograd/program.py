@@ -285,30 +285,30 @@ class CheckpointedProgram(Configured):
         chain = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S,
                       TAPE_RESULTS * out_bytes + TAPED_OVERHEAD_B, cuts + SNAPSHOT_OVERHEAD_B,
                       work)
-        # once the sweep is over its snapshots are gone, but the caller's reverse pass sums the
-        # inputs' cotangents into a zero container of its own (grad over several arguments):
-        # the inputs twice (measured: 2.34 MiB at the end of an RNN's gradient whose inputs
-        # hold 1.06 MiB; the 0.22 MiB more, its trace and the caller's graph, are there
-        # throughout, as in the sweep: the share's margin)
+        # after the sweep the caller's reverse pass sums the inputs' cotangents into a zero
+        # container of its own: the inputs twice (2.34 MiB measured for inputs of 1.06 MiB)
         final = 2 * inputs + SWEEP_OVERHEAD_B
         if self.memory is None:
             cp = ChainPlan(chain, num_ckpts=self.num_ckpts)
         else:
-            trace_bytes = tr.nbytes + INTERPRETER_BYTES     # and CPython's free lists (probe)
+            trace_bytes = tr.nbytes
             planning = PLANNING_BYTES_PER_OP * n      # the per-op arrays planning builds
-            # what Revolve over the ops with one snapshot needs (always a plan from there up)
             big, tape = int(chain.cuts.max()), int(chain.tape.max())
             # the share applies to what the model estimates; the inputs' cotangents and the
             # one on its way into them are arrays of known bytes
             exact = inputs + largest
-            need = exact + int((max(minimum_memory(chain), chain.work + 3 * big + tape,
-                                    planning, final) - exact) / MODEL_SHARE) + trace_bytes
+            # the margin (the model's error, CPython's free lists: ~200 kB) is INTERPRETER_BYTES+
+            model = max(minimum_memory(chain), chain.work + 3 * big + tape, planning, final)
+            model -= exact
+            need = exact + max(int(model / MODEL_SHARE), model + INTERPRETER_BYTES) + \
+                trace_bytes + 1
             if self.memory < need:
                 raise ValueError(f"memory={self.memory} bytes is below the least this program "
-                                 f"needs: its trace and free lists ({trace_bytes} bytes), its "
-                                 f"largest live set and op taped alone, or planning's arrays, "
-                                 f"{need} bytes in all")
-            free = exact + int((self.memory - trace_bytes - exact) * MODEL_SHARE)
+                                 f"needs: its trace ({trace_bytes} bytes), its largest live set "
+                                 f"and op taped alone, or planning's arrays, and CPython's free "
+                                 f"lists, {need} bytes in all")
+            room = self.memory - trace_bytes - exact
+            free = exact + min(int(room * MODEL_SHARE), room - INTERPRETER_BYTES)
             # three candidates, the least predicted time wins: Revolve over the ops (always
             # fits from the minimum up), Revolve over many groups of ops (long traces: few
             # recomputations where boundaries are small), the DP over a few dozen groups (it
