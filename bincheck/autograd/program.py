@@ -50,6 +50,7 @@ from ..tree import flatten, unflatten
 from ..schedule.actions import Reverse
 from .boundary import expand_boxes, reverse_traced
 from .expect import Capture, Captured, Expectation
+from .kept import tape_bytes
 from .probe import INTERPRETER_BYTES
 from .program_disk import disk_plan
 from .replay import Replay, env_nbytes
@@ -90,13 +91,8 @@ def dp_stages(recorded: float, units: int = 128) -> int:
 # on small arrays, and measured peaks reached 1.007 of a budget planned to the byte (the nested
 # loop, n=80) and 1.029 (an RNN, H=256) before its tapes counted a saved input per op
 MODEL_SHARE = 0.9
-# A taped op's tape, in results: at most its own (what a VJP keeps is the segment's values and
-# inputs, each counted once) beside TAPED_OVERHEAD_B. Measured after pull_back stopped holding
-# a second input-sized cotangent: an RNN (T=300, H=256) peaked at 0.84-0.92 of budgets from
-# 2.6 to 6 MiB, below the prediction at every one; the nested loop (n=1000) at 0.63-0.91 of
-# 1.5-6.5 MiB (plain autograd's tape: 6.5 kB an op of 8 kB results). Two results an op had
-# covered the held cotangent (an RNN step's: 1.029 of a budget with one, before that fix)
-TAPE_RESULTS = 1
+# A taped op's tape: its result where some VJP keeps it (.kept; TAPED_OVERHEAD_B beside it). All
+# results had been charged before: an RNN (T=300, H=256) peaked at 0.84-0.92 of its budgets
 
 
 # Above this many ops a ``num_ckpts`` plan is Revolve's over the ops: it needs no per-op times or
@@ -282,9 +278,9 @@ class CheckpointedProgram(Configured):
         out_max = int(out_bytes.max())
         work = int(cuts.max()) + inputs + max(largest + out_max, 3 * out_max) + \
             SWEEP_OVERHEAD_B
-        chain = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S,
-                      TAPE_RESULTS * out_bytes + TAPED_OVERHEAD_B, cuts + SNAPSHOT_OVERHEAD_B,
-                      work)
+        tape, back = tape_bytes(tr, out_bytes, TAPED_OVERHEAD_B)
+        chain = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S, tape,
+                      cuts + SNAPSHOT_OVERHEAD_B, work, back=back)
         # after the sweep the caller's reverse pass sums the inputs' cotangents into a zero
         # container of its own: the inputs twice (2.34 MiB measured for inputs of 1.06 MiB)
         final = 2 * inputs + SWEEP_OVERHEAD_B

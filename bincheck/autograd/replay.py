@@ -111,11 +111,19 @@ class Replay:
         fixed = {p: value(p) for p in needed if p not in set(wrt)}
 
         def segment(boxes: list) -> list:
+            # each value freed after its last use, as an advance frees them: what stays is
+            # what the nodes' VJPs keep (the plan's tape, .kept), not every result
             local = dict(fixed)
             local.update(zip(wrt, boxes))
             for k in range(start, stop):
                 fun, args, kwargs = self._args(k, local)
                 local[n_in + k] = taped(fun, args, kwargs, level)
+                del args
+                for p in tr.parents_of(k):
+                    if p >= first and last[p] == k:
+                        local.pop(p, None)
+                if last[n_in + k] <= k:
+                    del local[n_in + k]
             return [local[o] for o in outs]
         with trace_stack.new_trace() as level:
             roots = [VJPNode.new_root() for _ in wrt]

@@ -33,6 +33,7 @@ from autograd.tracer import Node, isbox, new_box, notrace_primitives, trace_stac
 from ..tree import flatten
 from .constants import THRESHOLD, column, shape_of
 from .constants import bases as spec_bases
+from .kept import closure_keeps
 
 
 class ClosureError(ValueError):
@@ -95,7 +96,7 @@ class Trace:
 
     __slots__ = ("n_in", "templates", "_keys", "tmpl", "parents", "start", "arity", "out_bytes",
                  "seconds", "last", "outputs", "consts_bytes", "_t", "diff", "prints",
-                 "plan_limit", "watch")
+                 "plan_limit", "watch", "keeps")
 
     def __init__(self, n_in: int, plan_limit: int | None = None) -> None:
         self.n_in = n_in
@@ -115,6 +116,7 @@ class Trace:
         self.outputs: list[int] = []
         self.consts_bytes = 0
         self.diff = array("b")                 # per op: its result is differentiable
+        self.keeps: list = []                  # per template: what its VJP keeps (.kept)
         self.prints: dict | None = None        # verify=True: op -> fingerprint of its result
         self._t = time.perf_counter()
 
@@ -149,8 +151,11 @@ class Trace:
             self.parents.frombytes(words)
         if columns:
             self.out_bytes.append(value_nbytes(value))
+            if index == len(self.keeps):          # a new template: what its VJP keeps
+                self.keeps.append(closure_keeps(fun, argnums, value, args, kwargs))
             if self.plan_limit is not None and len(self.tmpl) > self.plan_limit:
                 self.out_bytes = self.seconds = None
+                self.keeps = []
         self.diff.append(boxable(value))
         if self.prints is not None:
             self.prints[self.n - 1] = fingerprint(value)
@@ -263,11 +268,12 @@ class Trace:
             sum(sys.getsizeof(t) + sys.getsizeof(t[2]) + sys.getsizeof(t[3]) + 8 +
                 (sys.getsizeof(t[4][0]) + 64 * len(t[4][1]) if t[4] else 0)
                 for t in self.templates) + sys.getsizeof(self.templates) + \
-            sys.getsizeof(self.arity)
+            sys.getsizeof(self.arity) + 160 * len(self.keeps)   # .kept's flags: ~150 B each
 
     def release_plan_columns(self) -> None:
         """Drop what only the planner needed (per-op bytes and times)."""
         self.out_bytes = self.seconds = None
+        self.keeps = []
 
 
 class RecNode(Node):

@@ -341,8 +341,9 @@ def group(chain: Chain, stages: int) -> list[int]:
 def grouped(chain: Chain, bounds: list[int]) -> Chain:
     """The chain of the groups ``bounds[g]..bounds[g+1]-1``: summed times and tapes, each
     group's boundary cuts; a group's back is its stages' largest, with what their adjoint
-    exceeds the group's end cut's; its spike is its largest stage held with both its cuts (an
-    advance through the group holds that at its worst)."""
+    exceeds the group's end cut's, less the tapes of the group's stages after it; its spike is
+    its largest stage held with both its cuts (an advance through the group holds that at its
+    worst)."""
     b = np.asarray(bounds)
     plain = np.add.reduceat(chain.plain, b[:-1])
     taped = np.add.reduceat(chain.taped, b[:-1])
@@ -350,7 +351,12 @@ def grouped(chain: Chain, bounds: list[int]) -> Chain:
     spike = np.maximum.reduceat(chain.cuts[:-1] + chain.cuts[1:] + chain.spike, b[:-1])
     # pulled back, a stage may hold more of the adjoint than its group's end cut
     end = np.repeat(chain.adj[b[1:]], np.diff(b))
-    back = np.maximum.reduceat(chain.back + np.maximum(chain.adj[1:] - end, 0), b[:-1])
+    # a stage's back is held beside its group's tapes up to it, not the whole group's: less
+    # what the group's later stages tape (a Reverse's bound adds the whole group's tape)
+    cum = np.cumsum(chain.tape)
+    lead = cum - np.repeat(cum[b[1:] - 1], np.diff(b))                 # <= 0
+    back = np.maximum(np.maximum.reduceat(chain.back + np.maximum(chain.adj[1:] - end, 0) +
+                                          lead, b[:-1]), 0)
     return Chain(plain, taped, tape, chain.cuts[b], chain.work, spike, chain.adj[b], back)
 
 

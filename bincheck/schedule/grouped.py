@@ -29,7 +29,7 @@ class GroupedRevolve:
     def __init__(self, chain: Chain, memory: int, groups: int) -> None:
         self.bounds = bounds = group(chain, groups)
         coarse = grouped(chain, bounds)
-        g, big, tape = coarse.n, int(coarse.cuts.max()), int(coarse.tape.max())
+        g, big = coarse.n, int(coarse.cuts.max())
         # Revolve holds its snapshots (cut 0 included), the live cut and the next one while it
         # advances (inside a group: the live values at its own cuts, its spike), and one
         # group's tape
@@ -39,8 +39,11 @@ class GroupedRevolve:
         # (``back``): never both (a Reverse consumes the live state). Both may hold the
         # adjoint (after the first reverse), at most its largest (``adj``: none for autograd's
         # chains, whose pull-back is their spike)
-        stage = max(int(chain.spike.max()), int(chain.back.max()))
-        held = max(live, big + tape + stage) + int(chain.adj.max())
+        # per group: its tape with its back (beside its tapes up to the stage that holds it,
+        # :func:`~.chain.grouped`) or a stage's spike; the largest group's tape and another
+        # group's back are never held at once
+        stage = coarse.back.clip(min=int(chain.spike.max()))
+        held = max(live, big + int((coarse.tape + stage).max())) + int(chain.adj.max())
         # Revolve's first snapshot is cut 0, held throughout: its own bytes (a program's cut 0
         # holds no value, its inputs are held anyway), the other slots the largest boundary's
         first = int(coarse.cuts[0])
