@@ -361,13 +361,14 @@ def test_a_long_trace_whose_groups_outgrow_the_budget_is_planned_over_many_group
             x = np.tanh(x + np.sum(tmp ** 2) * 1e-6)
         return np.sum(x)
     x = rng.randn(10)
-    g = checkpoint_program(f, memory=4_000_000)
+    # (at 4 MB the DP's groups fit since a tape is priced by what the VJPs keep: it wins there)
+    g = checkpoint_program(f, memory=2_000_000)
     from bincheck.schedule.grouped import GroupedRevolve
     assert isinstance(g.preview(x).actions, GroupedRevolve)
     close([grad(g)(x)], [grad(f)(x)])
     st = g.stats
     assert st.ops < st.plain_ops < 2 * st.ops and st.taped_ops == st.ops
-    assert _peak(lambda: grad(g)(x)) <= 4_000_000 < _peak(lambda: grad(f)(x))
+    assert _peak(lambda: grad(g)(x)) <= 2_000_000 < _peak(lambda: grad(f)(x))
 
 
 

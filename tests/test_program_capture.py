@@ -103,6 +103,11 @@ def test_repeated_calls_hold_the_least_budget_after_gc_collect(program, factor):
     memory = int(int(re.search(r"(\d+) bytes in all", str(err.value)).group(1)) * factor)
     del err
     g = checkpoint_program(f, memory=memory)
-    peaks = [peak_bytes(grad(g, argnums), *args)[0] for _ in range(3)]
+    peaks, plain = [], []
+    for _ in range(3):
+        peaks.append(peak_bytes(grad(g, argnums), *args)[0])
+        plain.append(g.stats.plain_ops)
     assert max(peaks) <= memory, [p / memory for p in peaks]
-    assert g.stats.plain_ops < g.stats.ops + g.preview(*args).plain_ops   # the capture saves
+    # the capture saves: the repeated calls reuse the first call's plan (not a preview's, planned
+    # anew from other measured times) and replay fewer plain ops than it did
+    assert plain[1] == plain[2] < plain[0], plain
