@@ -46,7 +46,7 @@ class Problem(_Problem):
         self.x0 = rs.randn(DIM)
 
 STRATEGIES = ("store-all", "outer binomial", "program s", "program @outer")
-FULL_NS, QUICK_NS, SMOKE_NS = [100, 316, 1000, 3162, 10000], [100, 316, 1000, 3162], [40, 80]
+FULL_NS, QUICK_NS, SMOKE_NS = [100, 316, 1000, 3162, 10000], [100, 316, 1000, 3162], [100, 160]
 BIG_NS = FULL_NS + [31623, 100000]          # --full: above BIG_N, one round, two strategies
 BIG_N = 10000
 BIG_STRATEGIES = ("store-all", "program s")  # the memory growth: plain autograd's, the program's

@@ -39,7 +39,7 @@ from ..reproduce.common import (csv_bytes, interleaved_medians, max_rel_err, md_
 MU, K, H, TOL = 100.0, 1.0, 0.05, 1e-9
 FULL, SMOKE = dict(n=50, steps=1000), dict(n=10, steps=40)
 BUDGETS = (("program @10%", 0.10), ("program @5%", 0.05))
-SMOKE_BUDGETS = (("program @30%", 0.30), ("program @15%", 0.15))  # above the smoke's minimum
+SMOKE_BUDGETS = (("program @60%", 0.60), ("program @45%", 0.45))  # above the smoke's minimum
 COLUMNS = ["strategy", "oscillators", "state_floats", "steps", "newton_iterations",
            "newton_per_step_min", "newton_per_step_max", "budget_mib", "peak_mib",
            "peak_vs_plain", "saved_pct", "time_s", "time_vs_plain", "ops", "plain_ops",

@@ -33,6 +33,6 @@ print(f"{st.ops} ops recorded ({st.trace_bytes / st.ops:.0f} B/op), {st.plain_op
       f"({st.snapshot_bytes} bytes)")
 assert st.snapshots <= 8 and st.taped_ops == st.ops
 
-budget = checkpoint_program(f, memory="400KB")           # bytes, the trace included
+budget = checkpoint_program(f, memory="600KB")           # bytes, the trace included
 dy2, _ = grad(budget, (0, 1))(y0, w)
-assert numpy.allclose(dy2, ref_dy, rtol=1e-12) and budget.stats.peak_bytes <= 400_000
+assert numpy.allclose(dy2, ref_dy, rtol=1e-12) and budget.stats.peak_bytes <= 600_000
