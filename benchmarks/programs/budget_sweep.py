@@ -22,24 +22,13 @@ import tracemalloc
 import numpy
 
 from ..reproduce.common import md_table, write_outputs
+from .examples import nested, rnn
 
 
 def programs():
     """(name, f, args, argnums): small and long programs, loops of data-dependent length."""
     import autograd.numpy as np
     rng = numpy.random.RandomState(0)
-
-    def rnn(W, U, xs, h):
-        for t in range(xs.shape[0]):
-            h = np.tanh(np.dot(h, W) + np.dot(xs[t], U))
-        return np.sum(h ** 2)
-
-    def nested(y, w):
-        for n in (1, 1, 7, 1, 2, 1, 12, 1):
-            for _ in range(n):
-                y = np.sqrt(y * y + 0.1)
-            y = y * w
-        return np.sum(y)
 
     def implicit_euler(p, y, steps=12, h=0.05):
         mu = p[0]
@@ -74,7 +63,8 @@ def programs():
                                 rng.randn(20, 2, 3), rng.randn(2, h)), (0, 1)
     yield "rnn H=64 T=100", rnn, (rng.randn(64, 64) / 8, rng.randn(64, 64) / 8,
                                   rng.randn(100, 8, 64), rng.randn(8, 64) * 0.1), (0, 1, 3)
-    yield "nested", nested, (rng.rand(5) + 0.5, 1.01), (0, 1)
+    yield "nested", lambda y, w: nested(y, w, (1, 1, 7, 1, 2, 1, 12, 1)), \
+        (rng.rand(5) + 0.5, 1.01), (0, 1)
     yield "implicit Euler", implicit_euler, (numpy.array([3.0]), numpy.array([1.0, 0.5])), (0, 1)
     yield "branchy", branchy, (rng.randn(4), 0.7), (0, 1)
     yield "outer 300", outer, (rng.randn(10),), (0,)

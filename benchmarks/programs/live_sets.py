@@ -20,24 +20,13 @@ import numpy
 from bincheck.autograd.trace import record
 
 from ..reproduce.common import md_table, write_outputs
+from .examples import nested, rnn
 
 
 def programs():
     """(name, f, args): an RNN as a Python loop, S&P's nested loop, implicit Euler with Newton."""
     import autograd.numpy as np
     rng = numpy.random.RandomState(0)
-
-    def rnn(W, U, xs, h):
-        for t in range(xs.shape[0]):
-            h = np.tanh(np.dot(h, W) + np.dot(xs[t], U))
-        return np.sum(h ** 2)
-
-    def nested(y, w):
-        for n in [1, 1, 30, 1, 2, 1, 50, 1, 1, 1]:
-            for _ in range(n):
-                y = np.sqrt(y * y + 0.1)
-            y = y * w
-        return np.sum(y)
 
     def euler(p, y):
         for _ in range(50):
