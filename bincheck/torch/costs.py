@@ -121,22 +121,24 @@ def scratch(tr: Trace) -> np.ndarray:
 def accumulation(tr: Trace) -> np.ndarray:
     """Per op: what autograd's accumulation of a leaf's gradient holds at its backward beside
     the gradients the model counts. A leaf requiring grad (a parameter, an input) read through
-    a transposing view (``t``, ``transpose``, ``permute``: a linear's weight) by an op before
-    another such read gets a non-contiguous contribution there, which the engine's input
-    buffer adds out of place: the new sum beside the old one and the contribution (both in
-    ``adj``), where a later read's contribution is in the buffer (the same segment's)."""
+    a transposing view (``t``, ``transpose``, ``permute``: a linear's weight) gets
+    non-contiguous contributions; the engine's input buffer keeps the first one to arrive (the
+    last read's) and adds the second (the read before it) out of place: the new sum beside the
+    old one and the contribution (both in ``adj``). The sum is contiguous and the buffer's own,
+    so every later contribution is added in place (torch's ``InputBuffer::accumulate``): only
+    the second-to-last read pays."""
     out = np.zeros(tr.n, dtype=np.int64)
-    later: set[int] = set()
+    later: dict[int, int] = {}
     for j in range(tr.n - 1, -1, -1):
         if tr.func(j)._opname not in TRANSPOSING_VIEWS:
             continue
         for v in tr.values(j):
             if v < 0 and tr.ext_grad[-1 - v]:
                 e = -1 - v
-                if e in later:
+                if later.get(e, 0) == 1:
                     t = tr.externals[e]
                     out[j] += ACCUMULATED_COPIES * t.numel() * t.element_size()
-                later.add(e)
+                later[e] = later.get(e, 0) + 1
     return out
 
 
