@@ -34,14 +34,11 @@ class GroupedRevolve:
         # advances (inside a group: the live values at its own cuts, its spike), and one
         # group's tape
         live = max(2 * big, int(coarse.spike.max()))
-        # an advance holds the live values (``live``), a reverse its input cut, its group's tape
-        # and a stage's spike while it is taped, or what its pull-back holds beside the tape
-        # (``back``): never both (a Reverse consumes the live state). Both may hold the
-        # adjoint (after the first reverse), at most its largest (``adj``: none for autograd's
-        # chains, whose pull-back is their spike)
-        # per group: its tape with its back (beside its tapes up to the stage that holds it,
-        # :func:`~.chain.grouped`) or a stage's spike; the largest group's tape and another
-        # group's back are never held at once
+        # an advance holds the live values (``live``); a reverse its input cut, its group's tape
+        # and its back (beside its tapes up to the stage that holds it, :func:`~.chain.grouped`)
+        # or a stage's spike: never both (a Reverse consumes the live state), and one group's
+        # tape never beside another's back. Both may hold the adjoint (after the first reverse),
+        # at most its largest (``adj``: none for autograd's chains, whose back is their spike)
         stage = coarse.back.clip(min=int(chain.spike.max()))
         held = max(live, big + int((coarse.tape + stage).max())) + int(chain.adj.max())
         # Revolve's first snapshot is cut 0, held throughout: its own bytes (a program's cut 0
