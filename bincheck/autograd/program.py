@@ -51,8 +51,8 @@ from ..schedule.actions import Reverse
 from .boundary import expand_boxes, reverse_traced
 from .expect import Capture, Captured, Expectation
 from .kept import tape_bytes
-from .probe import INTERPRETER_BYTES
 from .program_disk import disk_plan
+from .probe import INTERPRETER_BYTES
 from .replay import Replay, env_nbytes
 from .trace import Trace, boxable, record, value_nbytes
 
@@ -87,12 +87,11 @@ def dp_stages(recorded: float, units: int = 128) -> int:
         if 25e-6 * s * s / 2 + 18e-9 * s ** 3 / 6 * units <= DP_SHARE * recorded:
             return s
     return DP_STAGES[-1]
-# The share of the budget (after the trace) the plan may predict: the model above is calibrated
-# on small arrays, and measured peaks reached 1.007 of a budget planned to the byte (the nested
-# loop, n=80) and 1.029 (an RNN, H=256) before its tapes counted a saved input per op
-MODEL_SHARE = 0.9
-# A taped op's tape: its result where some VJP keeps it (.kept; TAPED_OVERHEAD_B beside it). All
-# results had been charged before: an RNN (T=300, H=256) peaked at 0.84-0.92 of its budgets
+# The share of the budget (after the trace) the plan may predict, and the floor of the free
+# lists' reserve: peaks reached 1.007-1.029 of budgets planned to the byte; with these, at most
+# 0.901 of memory= (six programs x 10 budgets: results/budget-sweep.md), 0.97 on the T=1000 RNN
+MODEL_SHARE = 0.95
+FREE_LIST_B = 64 * 1024
 
 
 # Above this many ops a ``num_ckpts`` plan is Revolve's over the ops: it needs no per-op times or
@@ -281,9 +280,13 @@ class CheckpointedProgram(Configured):
         tape, back = tape_bytes(tr, out_bytes, TAPED_OVERHEAD_B)
         chain = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S, tape,
                       cuts + SNAPSHOT_OVERHEAD_B, work, back=back)
+        # CPython's free lists keep what a call frees traced: the recording's template keys (and
+        # the tuples that built their templates: twice their own) and a floor, beside the model;
+        # after the sweep, its tapes' tuples too: INTERPRETER_BYTES in all, as the loops reserve
+        reserve = min(INTERPRETER_BYTES, FREE_LIST_B + 2 * tr.freed_bytes)
         # after the sweep the caller's reverse pass sums the inputs' cotangents into a zero
         # container of its own: the inputs twice (2.34 MiB measured for inputs of 1.06 MiB)
-        final = 2 * inputs + SWEEP_OVERHEAD_B
+        final = 2 * inputs + SWEEP_OVERHEAD_B + INTERPRETER_BYTES - reserve
         if self.memory is None:
             cp = ChainPlan(chain, num_ckpts=self.num_ckpts)
         else:
@@ -293,10 +296,10 @@ class CheckpointedProgram(Configured):
             # the share applies to what the model estimates; the inputs' cotangents and the
             # one on its way into them are arrays of known bytes
             exact = inputs + largest
-            # the margin (the model's error, CPython's free lists: ~200 kB) is INTERPRETER_BYTES+
+            # the margin: the model's error (MODEL_SHARE) or CPython's free lists (``reserve``)
             model = max(minimum_memory(chain), chain.work + 3 * big + tape, planning, final)
             model -= exact
-            need = exact + max(int(model / MODEL_SHARE), model + INTERPRETER_BYTES) + \
+            need = exact + max(int(model / MODEL_SHARE), model + reserve) + \
                 trace_bytes + 1
             if self.memory < need:
                 raise ValueError(f"memory={self.memory} bytes is below the least this program "
@@ -304,7 +307,7 @@ class CheckpointedProgram(Configured):
                                  f"and op taped alone, or planning's arrays, and CPython's free "
                                  f"lists, {need} bytes in all")
             room = self.memory - trace_bytes - exact
-            free = exact + min(int(room * MODEL_SHARE), room - INTERPRETER_BYTES)
+            free = exact + min(int(room * MODEL_SHARE), room - reserve)
             # three candidates, the least predicted time wins: Revolve over the ops (always
             # fits from the minimum up), Revolve over many groups of ops (long traces: few
             # recomputations where boundaries are small), the DP over a few dozen groups (it

@@ -58,6 +58,29 @@ def fingerprint(v: Any) -> tuple:
                  if x.dtype.kind in "fciu")
 
 
+# CPython 3.11 keeps up to this many freed tuples of each length (1 to 19) for reuse
+TUPLE_FREE_LIST = 2000
+
+
+def freed_tuple_bytes(keys: dict) -> int:
+    """Bytes the tuples of ``keys`` (the recording's template keys, nested) keep traced once
+    freed: CPython's free lists hold freed tuples of up to 19 items, TUPLE_FREE_LIST of each
+    length, and tracemalloc still counts them (an implicit Euler solver's 1549 keys: ~150 kB,
+    all alive until the recording ends)."""
+    count = [0] * 20
+    size = [0] * 20
+    for key in keys:                 # a key's nested tuples, walked with no set (its ints and
+        stack = [key]                # entries would themselves raise the recording's peak)
+        while stack:
+            t = stack.pop()
+            if type(t) is tuple:
+                stack.extend(t)
+                if 0 < len(t) < 20:
+                    count[len(t)] += 1
+                    size[len(t)] = sys.getsizeof(t) + 16         # the GC header
+    return sum(min(c, TUPLE_FREE_LIST) * b for c, b in zip(count, size))
+
+
 def value_nbytes(v: Any) -> int:
     """Bytes a value holds (arrays: ``nbytes``; numbers 8; containers: their leaves)."""
     if isinstance(v, np.ndarray):
@@ -96,7 +119,7 @@ class Trace:
 
     __slots__ = ("n_in", "templates", "_keys", "tmpl", "parents", "start", "arity", "out_bytes",
                  "seconds", "last", "outputs", "consts_bytes", "_t", "diff", "prints",
-                 "plan_limit", "watch", "keeps")
+                 "plan_limit", "watch", "keeps", "freed_bytes")
 
     def __init__(self, n_in: int, plan_limit: int | None = None) -> None:
         self.n_in = n_in
@@ -115,6 +138,7 @@ class Trace:
         self.arity: list[int] = []
         self.outputs: list[int] = []
         self.consts_bytes = 0
+        self.freed_bytes = 0                   # tuples the recording freed, still traced
         self.diff = array("b")                 # per op: its result is differentiable
         self.keeps: list = []                  # per template: what its VJP keeps (.kept)
         self.prints: dict | None = None        # verify=True: op -> fingerprint of its result
@@ -208,6 +232,7 @@ class Trace:
         for o in outputs:
             last[o] = n
         self.last = last
+        self.freed_bytes = freed_tuple_bytes(self._keys)
         self._keys = {}
         self.consts_bytes = self._owned_constants()
 
