@@ -80,3 +80,38 @@ def test_cut_zero_costs_its_own_bytes_not_a_slot_of_the_largest():
     cost = chain_cost(chain, iter(plan))
     assert cost.peak_snapshots == 6
     assert cost.peak_bytes <= plan.peak_bytes == memory
+
+
+def _loop_chain(steps, noise=0.0, seed=0):
+    """The chain of a tanh RNN recorded op by op (dot, dot, add, tanh a step): a state of 64 kB
+    live at three of a step's four cuts, both dots' results at the fourth; the dots tape their
+    inputs; plain times equal but for ``noise``."""
+    rs = numpy.random.RandomState(seed)
+    body_cuts, body_tape = [65_000, 65_000, 130_000, 65_000], [2_000, 2_000, 67_000, 67_000]
+    cuts = numpy.array([1_500] + body_cuts[1:] + body_cuts * (steps - 1) + [65_000])
+    n = 4 * steps
+    plain = 1.0 + noise * rs.rand(n)
+    back = numpy.tile([65_000, 130_000, 130_000, 0], steps)
+    return Chain(plain, 3 * plain, numpy.tile(body_tape, steps), cuts, 1_900_000,
+                 back=back)
+
+
+def test_a_repeating_chain_is_grouped_in_whole_bodies_at_its_cheapest_phase(monkeypatch):
+    """A loop's body recorded op by op repeats: groups of whole bodies that all start at the same
+    phase tape no more than a body, so Revolve over them holds more snapshots than over groups
+    cut at the first cheap cut near equal times (whose sizes vary, 1 to 7 ops on the T=1000 RNN):
+    16,016 plain ops there, against 17,242 before; here 11 % fewer."""
+    from bincheck.schedule.grouped import period
+    chain = _loop_chain(1000, noise=0.3)
+    assert period(chain) == 4
+    plan = GroupedRevolve.best(chain, 2_800_000)
+    cost = chain_cost(chain, iter(plan))
+    assert cost.peak_bytes <= plan.peak_bytes <= 2_800_000
+    sizes = numpy.diff(plan.bounds[1:-1])
+    assert len(set(sizes.tolist())) == 1 and sizes[0] % 4 == 0, plan.bounds[:12]
+    # against the balanced groups alone (the period unseen)
+    from bincheck.schedule import grouped
+    monkeypatch.setattr(grouped, "period", lambda chain: 0)
+    balanced = GroupedRevolve.best(chain, 2_800_000)
+    assert plan.plain_stages < 0.95 * balanced.plain_stages, (plan.plain_stages,
+                                                              balanced.plain_stages)
