@@ -184,3 +184,18 @@ def test_grouping_cuts_at_small_live_sets_and_loses_little():
         fine = ChainPlan(chain, memory=memory, max_stages=120, units=128)
         coarse = ChainPlan(chain, memory=memory, max_stages=30, units=128)
         assert fine.seconds <= coarse.seconds <= 1.5 * fine.seconds
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_budget_that_holds_every_tape_plans_store_all_with_no_table(seed):
+    """Where the budget holds the whole chain taped, that plan (no recomputation) is the fastest,
+    and the DP's tables (stages^2 x units) are not built: planning costs what the schedule
+    needs, not what the budget allows (a 19-op program's first gradient peaked at 400 kB under
+    a 5 MB budget, 29 kB at 330 kB)."""
+    chain = random_chain(2 + seed % 5, seed, spikes=True)
+    memory = 10 ** 6
+    p = ChainPlan(chain, memory=memory, units=4096)
+    assert p.table_bytes == 0
+    assert p.plain_stages == 0 and p.taped_stages == chain.n
+    assert p.seconds == pytest.approx(exhaustive(chain, memory=memory))
+    assert chain_cost(chain, iter(p)).peak_bytes <= memory

@@ -190,7 +190,7 @@ class ChainPlan:
                     max_stages > 4:
                 max_stages //= 2
         self.table_bytes = 0
-        self.groups = self.revolve = None
+        self.groups = self.revolve = self._store_all = None
         if num_ckpts is not None:
             num_ckpts = check_positive_int("num_ckpts", num_ckpts)
             if chain.n > max_stages:
@@ -199,6 +199,10 @@ class ChainPlan:
                 self.revolve = Plan(chain.n, num_ckpts)
             else:
                 self._choice = _solve(chain, min(num_ckpts - 1, chain.n), None)
+        elif store_all_fits(chain, memory):
+            # every stage taped once and none recomputed: no plan is faster, and the DP's
+            # tables (stages^2 x units: 370 kB on 19 stages) would cost what the budget allows
+            self._store_all = (Snapshot(0), Reverse(0, chain.n), Free(0))
         else:
             self.groups = group(chain, max_stages) if chain.n > max_stages else None
             coarse = chain if self.groups is None else grouped(chain, self.groups)
@@ -210,8 +214,11 @@ class ChainPlan:
             # with a table budget, the units it allows are the finest tried
             self._choice = _by_bytes(coarse, memory - coarse.work - int(coarse.cuts[0]), units,
                                      16 if table_budget is None else 1)
-        self.table_bytes = self._choice.table_bytes if self.revolve is None else 0
-        self._actions = None if self.revolve is not None else tuple(self._walk())
+        if self._store_all is not None:
+            self.table_bytes, self._actions = 0, self._store_all
+        else:
+            self.table_bytes = self._choice.table_bytes if self.revolve is None else 0
+            self._actions = None if self.revolve is not None else tuple(self._walk())
         self._choice = None                     # the DP's tables are freed once walked
         cost = chain_cost(chain, iter(self))
         self.seconds, self.peak_bytes = cost.seconds, cost.peak_bytes
@@ -269,6 +276,15 @@ def reverse_bytes(chain: Chain, a: int, b: int) -> int:
     held = np.cumsum(chain.tape[a:b]) + np.maximum(chain.adj[a + 1:b + 1], chain.adj[b]) + \
         chain.back[a:b]
     return int(held.max())
+
+
+def store_all_fits(chain: Chain, memory: int) -> bool:
+    """Whether ``memory`` holds ``chain`` taped whole from cut 0, by a bound of what that
+    holds at its worst (every tape, the largest cut, spike, adjoint and back at once) that
+    makes no per-stage array: planning's own bytes count within the budget."""
+    bound = chain.work + int(chain.cuts[0]) + int(chain.tape.sum()) + int(chain.cuts.max()) + \
+        int(chain.spike.max()) + int(chain.adj.max()) + int(chain.back.max())
+    return bound <= memory and memory >= minimum_memory(chain)
 
 
 def minimum_memory(chain: Chain) -> int:
