@@ -24,16 +24,6 @@ from .ops import fingerprint, set_rng_state, tensors_of, unflatten_args
 from .trace import Trace
 
 
-def env_nbytes(env: dict) -> int:
-    seen, total = set(), 0
-    for t in env.values():
-        s = t.untyped_storage()
-        if s.data_ptr() not in seen:
-            seen.add(s.data_ptr())
-            total += s.nbytes()
-    return total
-
-
 class Replay:
     """The stepper of one call's backward: ``advance`` replays stages ``start..stop-1`` (ops
     ``bounds[start]..bounds[stop]-1``) plainly; ``reverse`` replays them keeping, in
@@ -58,6 +48,12 @@ class Replay:
             if u < n:
                 self.dies[fill[u]] = v
                 fill[u] += 1
+
+    def env_bytes(self, env: dict) -> int:
+        """A snapshot's bytes as the model counts them: each storage group of its values once,
+        a view of an external (``xs[t]``) none (it is the caller's, held anyway)."""
+        group, group_bytes = self.tr.group, self.tr.group_bytes
+        return sum(group_bytes[g] for g in {group[v] for v in env})
 
     def run(self, k: int, get: Callable[[int], torch.Tensor]) -> list:
         tr = self.tr
