@@ -17,7 +17,7 @@ from typing import Iterator
 from .actions import Action
 from .binomial import Plan, repetitions
 from .chain import Chain, chain_cost, group, grouped, minimum_memory
-from .grouped import on_stages
+from .grouped import body_bounds, on_stages
 
 # the most sweeps of a plan that :meth:`FittedRevolve.fit` prices (chain_cost walks every stage
 # of every advance): Revolve's repetitions over the groups
@@ -86,6 +86,10 @@ class FittedRevolve:
                 worse += 1
                 if worse == 3:
                     break
+        for bounds in body_bounds(chain, smallest, largest):    # a loop's whole bodies
+            plan = cls.fit(chain, memory, bounds)
+            if plan is not None and (found is None or plan.seconds < found.seconds):
+                found = plan
         return found
 
     def release(self) -> None:
