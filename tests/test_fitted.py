@@ -61,3 +61,22 @@ def test_none_where_one_snapshot_does_not_fit_or_the_plan_sweeps_too_often():
     assert FittedRevolve.best(chain, minimum_memory(chain) - 1) is None
     # one snapshot over hundreds of groups: thousands of sweeps, not priced
     assert FittedRevolve.fit(chain, minimum_memory(chain), list(range(chain.n + 1))) is None
+
+
+def test_a_loop_is_also_tried_in_whole_bodies(monkeypatch):
+    """Where a step's cuts differ (autograd's RNN: both dots' results live at one cut of four),
+    groups of whole steps that all start at the same op hold fewer bytes than the balanced
+    groups of chain.group (cut at the first cheap cut near equal times): a candidate priced by
+    the same model, which wins here."""
+    from test_grouped import _loop_chain
+
+    from bincheck.schedule import grouped
+    chain = _loop_chain(1000, noise=0.3)
+    memory = 2_800_000
+    plan = FittedRevolve.best(chain, memory)
+    assert chain_cost(chain, iter(plan)).peak_bytes <= memory
+    sizes = set(np.diff(plan.bounds[1:-1]).tolist())
+    assert len(sizes) == 1 and sizes.pop() % 4 == 0, plan.bounds[:10]
+    monkeypatch.setattr(grouped, "period", lambda chain: 0)
+    balanced = FittedRevolve.best(chain, memory)
+    assert plan.seconds < 0.97 * balanced.seconds, (plan.seconds, balanced.seconds)
