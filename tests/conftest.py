@@ -3,6 +3,14 @@ import sys
 
 import pytest
 
+# torch on one thread, in this process and in every subprocess the tests start (the docs'
+# examples, the README's blocks, the layer checks): their tensors are small, and on a 2-core
+# machine a second intra-op thread only contends with XLA's threads and with whatever else runs
+# there (a docs example took 10 s instead of 4 under load). The benchmarks' smoke runs and the
+# DDP workers already ran with one, and test_benchmark_cli set it for this process midway; the
+# tests check values, counts and memory, none the thread count. A value already set is kept.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)                       # shared test helpers (models.py)
 sys.path.insert(0, os.path.dirname(HERE))      # the repository root (benchmarks package)
