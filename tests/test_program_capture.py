@@ -117,8 +117,9 @@ def test_the_margin_reserves_what_the_recording_frees_not_a_fixed_256_kb(monkeyp
     """Beside the model's share, the planner reserves CPython's free lists only for what this
     recording frees (its template keys: a few kB on an RNN, 145 kB on implicit Euler) and a
     floor, not INTERPRETER_BYTES (256 kB) on every program: on this RNN the plan got 256 kB
-    less room than it may use (it held 12 snapshots at 0.71 of this budget; now 29 at 0.95).
-    Its peak stays within the budget, first and repeated calls."""
+    less room than it may use (it held 12 snapshots at 0.71 of this budget). Its peak stays
+    within the budget, first and repeated calls (a 64 kB floor peaked at 1.006 of it on some
+    first calls: the model's error here is 70-75 kB)."""
     from helpers import peak_bytes
 
     from bincheck.autograd import program
@@ -142,8 +143,8 @@ def test_the_margin_reserves_what_the_recording_frees_not_a_fixed_256_kb(monkeyp
     assert max(peaks) <= memory, [p / memory for p in peaks]
     exact = 2 * H * H * 8 + B * H * 8 + H * H * 8       # the inputs' cotangents, dot's in flight
     room = memory - g.stats.trace_bytes - exact
-    # the floor (64 kB) and twice the keys' tuples (an RNN's: ~3 kB), or 5 % of the room
-    assert rooms[0] - exact >= room - max(0.05 * room, 80_000), (rooms[0] - exact, room)
+    # the floor (96 kB) and twice the keys' tuples (an RNN's: ~3 kB), or 5 % of the room
+    assert rooms[0] - exact >= room - max(0.05 * room, 110_000), (rooms[0] - exact, room)
 
 
 def test_planning_a_small_program_costs_no_more_under_a_larger_budget():
@@ -158,3 +159,46 @@ def test_planning_a_small_program_costs_no_more_under_a_larger_budget():
         g = checkpoint_program(branchy, memory=memory)
         peaks.append(peak_bytes(grad(g, (0, 1)), *args)[0])
     assert peaks[1] <= 1.2 * peaks[0] and peaks[1] < 150_000, peaks
+
+
+def _float_loop(x, w):
+    for _ in range(1000):
+        x = np.sin(x * w) + 0.5 * x
+    return x
+
+
+_CONSTS = [rng.randn(4) for _ in range(3000)]
+
+
+def _distinct_constants(x):
+    for c in _CONSTS:
+        x = np.sin(x * c)
+    return np.sum(x)
+
+
+@pytest.mark.parametrize("program", ["floats", "constants", "dict_state"])
+def test_the_least_budget_holds_the_recording_and_planning(program):
+    """At its least budget the first gradient (it records and plans) and a repeated one stay
+    within ``memory=``: a loop of 4000 float ops peaked above it of it while planning (its
+    columns and the planner's arrays beside the trace: 112 B an op was priced), 3000 distinct
+    closed-over arrays at 1.04 while recording (their template keys, 1 MB, all alive until it
+    ends, were not priced), a dict state at 1.29."""
+    import re
+    from helpers import peak_bytes
+
+    def dict_state(w, xs):
+        s = {f"k{i}": xs[i] for i in range(8)}
+        for _ in range(150):
+            s = {k: np.tanh(v * w + s[f"k{(i + 1) % 8}"]) for i, (k, v) in enumerate(s.items())}
+        return sum(np.sum(v) for v in s.values())
+    f, args, argnums = {"floats": (_float_loop, (0.3, 0.9), (0, 1)),
+                        "constants": (_distinct_constants, (rng.randn(4),), (0,)),
+                        "dict_state": (dict_state, (0.7, rng.randn(8, 3)), (0, 1))}[program]
+    grad(f, argnums)(*args)
+    with pytest.raises(ValueError, match="bytes in all") as err:
+        grad(checkpoint_program(f, memory=1), argnums)(*args)
+    memory = int(re.search(r"(\d+) bytes in all", str(err.value)).group(1))
+    del err
+    g = grad(checkpoint_program(f, memory=memory), argnums)
+    peaks = [peak_bytes(g, *args)[0] for _ in range(2)]
+    assert max(peaks) <= memory, [p / memory for p in peaks]

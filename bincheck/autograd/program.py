@@ -68,9 +68,9 @@ TAPED_OVERHEAD_B = 2000
 SNAPSHOT_OVERHEAD_B = 1500
 VALUE_OVERHEAD_B = 200
 SWEEP_OVERHEAD_B = 64 * 1024
-PLANNING_BYTES_PER_OP = 112     # planning's per-op arrays (times, sizes, live bytes) at once:
-                                # at 96 an implicit Euler solver of 1395 ops on two floats,
-                                # whose least budget planning sets, peaked at 1.003 of it
+PLANNING_BYTES_PER_OP = 160     # planning's per-op arrays (times, sizes, live bytes) at once,
+                                # and the recording's columns beside them: at 112 a loop of
+                                # 8000 float ops peaked at 1.15 of its least budget
 GROUP_BYTES = 160               # grouping's arrays and bounds, per group (tracemalloc: ~100)
 # The DP's groups: as many as fit in this share of the recorded run's time. Its time grows as
 # stages^2 (a Python step per segment, ~25 us) and stages^3 x units (~18 ns an element, /6):
@@ -91,7 +91,7 @@ def dp_stages(recorded: float, units: int = 128) -> int:
 # lists' reserve: peaks reached 1.007-1.029 of budgets planned to the byte; with these, at most
 # 0.901 of memory= (six programs x 10 budgets: results/budget-sweep.md), 0.97 on the T=1000 RNN
 MODEL_SHARE = 0.95
-FREE_LIST_B = 64 * 1024
+FREE_LIST_B = 96 * 1024
 
 
 # Above this many ops a ``num_ckpts`` plan is Revolve's over the ops: it needs no per-op times or
@@ -293,11 +293,11 @@ class CheckpointedProgram(Configured):
             trace_bytes = tr.nbytes
             planning = PLANNING_BYTES_PER_OP * n      # the per-op arrays planning builds
             big, tape = int(chain.cuts.max()), int(chain.tape.max())
-            # the share applies to what the model estimates; the inputs' cotangents and the
-            # one on its way into them are arrays of known bytes
-            exact = inputs + largest
-            # the margin: the model's error (MODEL_SHARE) or CPython's free lists (``reserve``)
-            model = max(minimum_memory(chain), chain.work + 3 * big + tape, planning, final)
+            exact = inputs + largest       # arrays of known bytes: the model's share is not theirs
+            # the margin: the model's error (MODEL_SHARE) or CPython's free lists (``reserve``);
+            # the recording held its template keys and a live set beside its per-op columns (16 B)
+            model = max(minimum_memory(chain), chain.work + 3 * big + tape, planning, final,
+                        tr.keys_bytes + int(cuts.max()) + 16 * n)
             model -= exact
             need = exact + max(int(model / MODEL_SHARE), model + reserve) + \
                 trace_bytes + 1

@@ -62,23 +62,27 @@ def fingerprint(v: Any) -> tuple:
 TUPLE_FREE_LIST = 2000
 
 
-def freed_tuple_bytes(keys: dict) -> int:
-    """Bytes the tuples of ``keys`` (the recording's template keys, nested) keep traced once
-    freed: CPython's free lists hold freed tuples of up to 19 items, TUPLE_FREE_LIST of each
-    length, and tracemalloc still counts them (an implicit Euler solver's 1549 keys: ~150 kB,
-    all alive until the recording ends)."""
+def key_tuple_bytes(keys: dict) -> tuple[int, int]:
+    """Bytes of the tuples of ``keys`` (the recording's template keys, nested): all of them
+    (alive together until the recording ends: 1 MB for 3000 distinct closed-over arrays), and
+    what they keep traced once freed: CPython's free lists hold freed tuples of up to 19 items,
+    TUPLE_FREE_LIST of each length, and tracemalloc still counts them (an implicit Euler
+    solver's 1549 keys: ~150 kB)."""
     count = [0] * 20
     size = [0] * 20
+    total = 0
     for key in keys:                 # a key's nested tuples, walked with no set (its ints and
         stack = [key]                # entries would themselves raise the recording's peak)
         while stack:
             t = stack.pop()
             if type(t) is tuple:
                 stack.extend(t)
+                b = sys.getsizeof(t)           # the GC header included
+                total += b
                 if 0 < len(t) < 20:
                     count[len(t)] += 1
-                    size[len(t)] = sys.getsizeof(t) + 16         # the GC header
-    return sum(min(c, TUPLE_FREE_LIST) * b for c, b in zip(count, size))
+                    size[len(t)] = b
+    return total, sum(min(c, TUPLE_FREE_LIST) * b for c, b in zip(count, size))
 
 
 def value_nbytes(v: Any) -> int:
@@ -119,7 +123,7 @@ class Trace:
 
     __slots__ = ("n_in", "templates", "_keys", "tmpl", "parents", "start", "arity", "out_bytes",
                  "seconds", "last", "outputs", "consts_bytes", "_t", "diff", "prints",
-                 "plan_limit", "watch", "keeps", "freed_bytes")
+                 "plan_limit", "watch", "keeps", "freed_bytes", "keys_bytes")
 
     def __init__(self, n_in: int, plan_limit: int | None = None) -> None:
         self.n_in = n_in
@@ -139,6 +143,7 @@ class Trace:
         self.outputs: list[int] = []
         self.consts_bytes = 0
         self.freed_bytes = 0                   # tuples the recording freed, still traced
+        self.keys_bytes = 0                    # its template keys' tuples, alive until then
         self.diff = array("b")                 # per op: its result is differentiable
         self.keeps: list = []                  # per template: what its VJP keeps (.kept)
         self.prints: dict | None = None        # verify=True: op -> fingerprint of its result
@@ -232,7 +237,7 @@ class Trace:
         for o in outputs:
             last[o] = n
         self.last = last
-        self.freed_bytes = freed_tuple_bytes(self._keys)
+        self.keys_bytes, self.freed_bytes = key_tuple_bytes(self._keys)
         self._keys = {}
         self.consts_bytes = self._owned_constants()
 
