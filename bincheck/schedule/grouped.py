@@ -141,9 +141,12 @@ def body_bounds(chain: Chain, smallest: int, largest: int) -> Iterator[list[int]
         return sorted({0, n, *range(phase or size, n, size)})
 
     def cost(phase: int) -> tuple[int, int]:
-        c = grouped(chain, bodies(phase, p))
-        return int(c.cuts[1:-1].max(initial=0)), int((c.tape + c.back).max())
-    phase = min(range(p), key=cost)
+        # by views of the chain and one value a body: planning's bytes are in the budget
+        m = (n - phase) // p
+        tape = chain.tape[phase:phase + m * p].reshape(m, p).sum(axis=1)
+        tape += chain.back[phase:phase + m * p].reshape(m, p).max(axis=1)
+        return int(chain.cuts[phase or p:n:p].max(initial=0)), int(tape.max(initial=0))
+    phase = 0 if p == 1 else min(range(p), key=cost)
     for size in (p * 2 ** j for j in range(16)):
         if n // size < smallest:
             return
