@@ -89,7 +89,7 @@ def dp_stages(recorded: float, units: int = 128) -> int:
     return DP_STAGES[-1]
 # The share of the budget (after the trace) the plan may predict, and the floor of the free
 # lists' reserve: peaks reached 1.007-1.029 of budgets planned to the byte; with these, at most
-# 0.850 of memory= (six programs x 10 budgets: results/budget-sweep.md), 0.97 on the T=1000 RNN
+# 0.857 of memory= (six programs x 10 budgets: results/budget-sweep.md), 0.97 on the T=1000 RNN
 MODEL_SHARE = 0.9
 FREE_LIST_B = 96 * 1024
 
