@@ -137,7 +137,7 @@ def chain_cost(chain: Chain, actions: Iterator[Action]) -> "ChainCost":
     stored_bytes = 0                           # sum of the stored cuts, kept as they change
     plain_s = taped_s = 0.0
     adjoint = chain.n
-    held = peak = chain.work + int(adj[adjoint])
+    peak = chain.work + int(adj[adjoint])
     live = 0
 
     def live_bytes() -> int:
