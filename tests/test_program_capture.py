@@ -182,8 +182,18 @@ def _tanh_loop(x, w):
     return x
 
 
+_A0 = rng.randn(32, 32) + 32 * numpy.eye(32)
+
+
+def _solve_loop(w, x):
+    for _ in range(200):
+        x = np.linalg.solve(_A0 + w * numpy.eye(32), x) * 30.0
+    return np.sum(x)
+
+
 @pytest.mark.parametrize("program,factor", [("floats", 1.0), ("constants", 1.0),
-                                            ("dict_state", 1.0), ("tanh", 1.2)])
+                                            ("dict_state", 1.0), ("tanh", 1.2),
+                                            ("solve", 2.0)])
 def test_the_least_budget_holds_the_recording_and_planning(program, factor):
     """At its least budget the first gradient (it records and plans) and a repeated one stay
     within ``memory=``: a loop of 4000 float ops peaked above it of it while planning (its
@@ -191,7 +201,9 @@ def test_the_least_budget_holds_the_recording_and_planning(program, factor):
     closed-over arrays at 1.04 while recording (their template keys, 1 MB, all alive until it
     ends, were not priced), a dict state at 1.29; a loop whose every op is alike (period 1)
     at 1.22 of 1.2x its least budget, where choosing the phase of its groups of whole bodies
-    grouped a copy of its chain one group an op."""
+    grouped a copy of its chain one group an op; a loop of ``solve(A0 + w*I, x)`` at 1.06 of
+    2x its least budget, its A-sized cotangents left pending down the chain by autograd's
+    depth-first order of pull-back."""
     import re
     from helpers import peak_bytes
 
@@ -203,7 +215,8 @@ def test_the_least_budget_holds_the_recording_and_planning(program, factor):
     f, args, argnums = {"floats": (_float_loop, (0.3, 0.9), (0, 1)),
                         "constants": (_distinct_constants, (rng.randn(4),), (0,)),
                         "dict_state": (dict_state, (0.7, rng.randn(8, 3)), (0, 1)),
-                        "tanh": (_tanh_loop, (0.3, 0.9), (0, 1))}[program]
+                        "tanh": (_tanh_loop, (0.3, 0.9), (0, 1)),
+                        "solve": (_solve_loop, (0.5, rng.randn(32)), (0, 1))}[program]
     grad(f, argnums)(*args)
     with pytest.raises(ValueError, match="bytes in all") as err:
         grad(checkpoint_program(f, memory=1), argnums)(*args)

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import numpy as np
 from autograd.core import VJPNode, add_outgrads, sparse_add, sparse_object_types, vspace
-from autograd.tracer import isbox, new_box, toposort, trace_stack
+from autograd.tracer import isbox, new_box, trace_stack
 
 from ..runtime.errors import NondeterministicStepError
 from ..runtime.stats import ProgramStats
@@ -117,14 +117,17 @@ class Replay:
             local.update(zip(wrt, boxes))
             for k in range(start, stop):
                 fun, args, kwargs = self._args(k, local)
-                local[n_in + k] = taped(fun, args, kwargs, level)
-                del args
+                local[n_in + k] = v = taped(fun, args, kwargs, level)
+                if isbox(v):
+                    nodes.append(v._node)
+                del args, v
                 for p in tr.parents_of(k):
                     if p >= first and last[p] == k:
                         local.pop(p, None)
                 if last[n_in + k] <= k:
                     del local[n_in + k]
             return [local[o] for o in outs]
+        nodes: list = []                  # the segment's nodes, in the order they were made
         with trace_stack.new_trace() as level:
             roots = [VJPNode.new_root() for _ in wrt]
             results = segment([new_box(value(p), level, r) for p, r in zip(wrt, roots)])
@@ -134,7 +137,7 @@ class Replay:
         # each cotangent reaching an input of the segment is summed into ``ct`` as it arrives:
         # one such temporary at a time, in the order autograd's own sweep sums them
         pull_back(results, [ct.pop(o, None) for o in outs], roots, level,
-                  lambda i, c: accumulate(ct, wrt[i], c, wrt[i] < n_in))
+                  lambda i, c: accumulate(ct, wrt[i], c, wrt[i] < n_in), nodes)
         stats = self.stats
         stats.tape_seconds += t1 - t0
         stats.backward_seconds += time.perf_counter() - t1
@@ -182,24 +185,20 @@ def accumulate(ct: dict, p: int, c: Any, owned: bool) -> None:
         ct[p] = vspace(c).add(old, c)
 
 
-class _End:
-    """The node every output of a taped segment feeds: where its backward pass starts."""
-
-    __slots__ = ("parents",)
-
-    def __init__(self) -> None:
-        self.parents: list = []
-
-
 def pull_back(outs: list, cts: list, roots: list, level: int,
-              sink: Callable[[int, Any], None]) -> None:
+              sink: Callable[[int, Any], None], nodes: list) -> None:
     """Pull the cotangents ``cts`` of a taped segment's outputs ``outs`` (None: none reached
-    it) back to its boxed inputs ``roots``, by autograd's own node VJPs and accumulation in the
-    order of its ``backward_pass``: ``sink(i, g)`` receives each cotangent ``g`` that reaches
-    ``roots[i]``, as it arrives (the caller sums them where it keeps them, so no root's sum is
-    held here). One pass for several boxed inputs and outputs, without the tuple boxes
-    ``make_vjp`` would need."""
-    end, outgrads = _End(), {}
+    it) back to its boxed inputs ``roots`` by autograd's own node VJPs and accumulation:
+    ``sink(i, g)`` receives each cotangent ``g`` that reaches ``roots[i]``, as it arrives (the
+    caller sums them where it keeps them, so no root's sum is held here). One pass for several
+    boxed inputs and outputs, without the tuple boxes ``make_vjp`` would need.
+
+    ``nodes`` are the segment's nodes in the order its ops ran, pulled back last first: a
+    cotangent then waits only while its value was live in the forward, as the plan prices it.
+    Autograd's own ``backward_pass`` order (a depth-first toposort) leaves a side branch's
+    cotangents pending down a whole chain: on a loop of ``solve(A0 + w*I, x)``, 200 of the
+    A-sized ones (1.6 MB) that no plan priced."""
+    outgrads: dict = {}
     index = {r: i for i, r in enumerate(roots)}
     for o, g in zip(outs, cts):
         if g is not None and isbox(o) and o._trace == level:
@@ -207,11 +206,9 @@ def pull_back(outs: list, cts: list, roots: list, level: int,
             if node in index:                   # an output that is an input, passed through
                 sink(index[node], g)
                 continue
-            if node not in outgrads:
-                end.parents.append(node)
             outgrads[node] = add_outgrads(outgrads.get(node), g)
-    for node in toposort(end):
-        if node is end or node in index:
+    for node in reversed(nodes):
+        if node not in outgrads:
             continue
         g = outgrads.pop(node)[0]
         for parent, ingrad in zip(node.parents, node.vjp(g)):
