@@ -36,6 +36,53 @@ def test_a_repeated_call_records_its_first_sweep_and_is_exact(name, budget):
         assert counts[1] < counts[0], counts
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_repeated_call_tapes_its_first_reversed_segment_as_it_records(name):
+    """Under a budget that tapes the whole program the repeated calls evaluate each op once,
+    taped while recording (plain autograd's work), and are exact; before, the recording ran
+    every op plain and the replay taped them all again: twice the work."""
+    f, args = CASES[name]
+    argnums = tuple(range(len(args)))
+    want = grad(f, argnums)(*args)
+    g = checkpoint_program(f, memory=50_000_000)
+    for call in range(3):
+        got = grad(g, argnums)(*args)
+        for u, v in zip(numpy.concatenate([numpy.ravel(x) for x in _leaves(got)]),
+                        numpy.concatenate([numpy.ravel(x) for x in _leaves(want)])):
+            assert u == pytest.approx(v, rel=1e-12, abs=1e-14)
+        st = g.stats
+        assert st.taped_ops == st.ops
+        assert st.plain_ops == (st.ops if call == 0 else 0), (call, st.plain_ops, st.ops)
+
+
+def test_a_repeated_revolve_call_replays_only_what_the_plan_replays():
+    """With num_ckpts on a long trace (Revolve over the ops) a repeated call's recording is
+    the first sweep and the last op's taped run: it evaluates the plan's plain ops in all,
+    the first call the recording's and the plan's."""
+    f, args = CASES["nested"]
+    g = checkpoint_program(f, num_ckpts=3)
+    plain = []
+    for _ in range(3):
+        close(grad(g, (0, 1))(*args), grad(f, (0, 1))(*args), rtol=1e-12)
+        plain.append(g.stats.plain_ops)
+    planned = g.preview(*args).plain_ops
+    assert g.stats.ops > 64 and plain == [g.stats.ops + planned, planned, planned], plain
+
+
+def test_a_longer_second_call_stops_taping_and_is_exact():
+    """A trip count that grows after the taped segment's start: the recording stops taping
+    once the trace outgrows the expected one, and the call is planned afresh."""
+    def f(x, w):
+        x = np.sin(x * w)
+        while np.sum(x) < 3.0:
+            x = x * 1.1 + 0.05
+        return np.sum(x ** 2)
+    g = checkpoint_program(f, memory=50_000_000)
+    for x0 in (0.5, 0.5, 0.1, 0.5, 0.01):
+        x = numpy.full(3, x0)
+        close(grad(g, (0, 1))(x, 0.9), grad(f, (0, 1))(x, 0.9), rtol=1e-12)
+
+
 def test_what_the_next_call_expects_is_held_compactly():
     """The expectation a program keeps between calls (the cuts' live sets, the values to
     hold) is int32 arrays: tuples of Python ints and a dict were 74 kB for a state of 10
@@ -212,6 +259,15 @@ def _tanh_loop(x, w):
     return x
 
 
+_BIG_CONSTS = [rng.randn(200) for _ in range(1500)]
+
+
+def _big_constants(x):
+    for c in _BIG_CONSTS:
+        x = np.tanh(x + c)
+    return np.sum(x)
+
+
 _A0 = rng.randn(32, 32) + 32 * numpy.eye(32)
 
 
@@ -223,7 +279,7 @@ def _solve_loop(w, x):
 
 @pytest.mark.parametrize("program,factor", [("floats", 1.0), ("constants", 1.0),
                                             ("dict_state", 1.0), ("tanh", 1.2),
-                                            ("solve", 2.0)])
+                                            ("solve", 2.0), ("big_constants", 1.0)])
 def test_the_least_budget_holds_the_recording_and_planning(program, factor):
     """At its least budget the first gradient (it records and plans) and a repeated one stay
     within ``memory=``: a loop of 4000 float ops peaked above it of it while planning (its
@@ -233,7 +289,8 @@ def test_the_least_budget_holds_the_recording_and_planning(program, factor):
     at 1.22 of 1.2x its least budget, where choosing the phase of its groups of whole bodies
     grouped a copy of its chain one group an op; a loop of ``solve(A0 + w*I, x)`` at 1.06 of
     2x its least budget, its A-sized cotangents left pending down the chain by autograd's
-    depth-first order of pull-back."""
+    depth-first order of pull-back; 1500 distinct 1.6 kB constants on a repeated call at
+    1.01, its recording taping the last segment beside its template keys and snapshots."""
     import re
     from helpers import peak_bytes
 
@@ -246,7 +303,8 @@ def test_the_least_budget_holds_the_recording_and_planning(program, factor):
                         "constants": (_distinct_constants, (rng.randn(4),), (0,)),
                         "dict_state": (dict_state, (0.7, rng.randn(8, 3)), (0, 1)),
                         "tanh": (_tanh_loop, (0.3, 0.9), (0, 1)),
-                        "solve": (_solve_loop, (0.5, rng.randn(32)), (0, 1))}[program]
+                        "solve": (_solve_loop, (0.5, rng.randn(32)), (0, 1)),
+                        "big_constants": (_big_constants, (rng.randn(200),), (0,))}[program]
     grad(f, argnums)(*args)
     with pytest.raises(ValueError, match="bytes in all") as err:
         grad(checkpoint_program(f, memory=1), argnums)(*args)

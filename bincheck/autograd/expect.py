@@ -19,8 +19,10 @@ import zlib
 from typing import Any
 
 import numpy as np
+from autograd.core import primitive_vjps
 
 from ..schedule.actions import Advance, Reverse, Snapshot
+from .trace import value_nbytes
 
 MAX_CUTS = 256          # a first sweep stopping at more cuts is not captured (live sets per cut)
 
@@ -48,9 +50,12 @@ class Expectation:
     plan's first sweep cannot be captured."""
 
     def __init__(self, plan: Any, n: int, n_in: int, cuts: list[int], live: list,
-                 checks: dict) -> None:
+                 checks: dict, tape_from: int | None = None, tape_bytes: int = -1) -> None:
         self.plan, self.n, self.n_in = plan, n, n_in
         self.cuts, self.checks = cuts, checks
+        # the first taped segment, ``tape_from`` to the end: the recording tapes it (its
+        # results' bytes ``tape_bytes`` at most, where they were recorded; -1: not counted)
+        self.tape_from, self.tape_bytes = tape_from, tape_bytes
         # int32 arrays, held from the first gradient on (tuples of Python ints and a dict were
         # 74 kB for 870 values over 78 cuts, priced by no plan): the live sets of the cuts one
         # after another (``live_at[i]``: where cut ``cuts[i]``'s starts), the values some cut
@@ -68,14 +73,31 @@ class Expectation:
         """The values live at cut ``cuts[i]``."""
         return self.live[self.live_at[i]:self.live_at[i + 1]].tolist()
 
+    @staticmethod
+    def tape_fits(actions: Any, chain: Any, recording: int, room: int) -> int | None:
+        """Where a recording that also captures the plan's first sweep may start taping (the
+        start of its first Reverse), or None: only if ``recording`` bytes (what the recording
+        holds alone), the snapshots it captures and that segment's tape fit in ``room``."""
+        held = recording
+        for action in actions:
+            kind = type(action)
+            if kind is Reverse:
+                held += int(chain.tape[action.start:action.stop].sum())
+                return action.start if action.stop == chain.n and held <= room else None
+            if kind is Snapshot:
+                held += int(chain.cuts[action.index])
+        return None
+
     @classmethod
     def of(cls, tr: Any, plan: Any) -> "Expectation | None":
         if getattr(plan, "uses_disk", False) or tr.n == 0:
             return None
-        cuts = [0]
+        cuts, tape_from = [0], None
         for action in plan.actions:            # the first sweep: its snapshots and advances
             kind = type(action)
-            if kind is Reverse:
+            if kind is Reverse:                # a plan with a byte budget says if it fits
+                if action.stop == tr.n:
+                    tape_from = getattr(plan, "tape_from", action.start)
                 break
             if kind is Advance or kind is Snapshot:
                 c = action.stop if kind is Advance else action.index
@@ -93,7 +115,10 @@ class Expectation:
             crc = structure(tr, c, crc, prev)
             checks[c], prev = crc, c
         checks[tr.n] = structure(tr, tr.n, crc, prev)
-        return cls(plan, tr.n, n_in, cuts, live, checks)
+        sizes = tr.out_bytes
+        tape_bytes = -1 if sizes is None or tape_from is None else \
+            int(np.frombuffer(sizes, dtype=np.int64)[tape_from:].sum())
+        return cls(plan, tr.n, n_in, cuts, live, checks, tape_from, tape_bytes)
 
 
 class Capture:
@@ -105,6 +130,9 @@ class Capture:
         self.hold: dict[int, Any] = {}
         self.at = 0                                 # the next value in expect.need
         self.want = self._want()
+        # the first taped segment's VJPs, (op, parent value ids, vjp) in the order they ran
+        self.tape: list | None = [] if expect.tape_from is not None else None
+        self.taped_bytes = 0
         self.snapshots: dict[int, dict] = {}
         self.ok = tr.n_in == expect.n_in
         self.crc, self.prev = 0, 0
@@ -126,6 +154,26 @@ class Capture:
         elif self.next < len(e.cuts) and e.cuts[self.next] == k + 1:
             self._cut(k + 1)
 
+    def taping(self, k: int, value: Any, fun: Any, args: tuple, kwargs: dict, argnums: tuple,
+               parent_ids: list) -> None:
+        """Op ``k`` ran: from the first taped segment on, keep its VJP as autograd's node
+        would (the recording then is that segment's taped run). Given up (the replay tapes
+        it) where its results outgrow the expected bytes or a VJP cannot be made."""
+        tape, e = self.tape, self.expect
+        if tape is None or k < e.tape_from:
+            return
+        if e.tape_bytes >= 0:
+            self.taped_bytes += value_nbytes(value)
+            if self.taped_bytes > e.tape_bytes:
+                self.tape = None
+                return
+        try:
+            vjp = primitive_vjps[fun](argnums, value, args, kwargs)
+        except Exception:                       # the replay raises what autograd would
+            self.tape = None
+            return
+        tape.append((k, tuple(parent_ids), vjp))
+
     def _want(self) -> int:
         need = self.expect.need
         return int(need[self.at]) if self.at < len(need) else -1
@@ -145,7 +193,7 @@ class Capture:
 
     def drop(self) -> None:
         self.ok = False
-        self.hold, self.snapshots, self.want = {}, {}, -1
+        self.hold, self.snapshots, self.want, self.tape = {}, {}, -1, None
 
     def finish(self) -> dict | None:
         """The snapshots by cut if the whole trace had the expected structure, else None."""

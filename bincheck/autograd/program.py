@@ -14,13 +14,13 @@ holding only a few snapshots. One gradient of ``g``:
 3. **Replay** (the VJP): the plan's actions run through the usual :class:`~bincheck.runtime.
    Executor`. A snapshot at cut ``c`` is a dict of references to the values live there; an
    advance replays ops with their raw functions, freeing each value after its last use; a
-   reverse replays its segment on boxes of autograd's reverse mode and pulls the cotangents of
-   the values live after it back to those before with autograd's own node VJPs and
-   accumulation (:func:`~bincheck.autograd.replay.pull_back`), so the arithmetic is plain
-   autograd's.
+   reverse replays its segment on boxes of autograd's reverse mode and pulls the cotangents
+   back, last op first, with autograd's own node VJPs and accumulation
+   (:func:`~bincheck.autograd.replay.pull_back`), so the arithmetic is plain autograd's.
 
 A call whose trace has the last call's structure reuses its plan, its recording taking the
-plan's first snapshots (:mod:`.expect`): the replay then starts at its first taped segment.
+plan's first snapshots and taping its first reversed segment (:mod:`.expect`): the replay
+starts by pulling back through that tape, and no op of the first sweep runs twice.
 
 Under an outer derivative of the gradient (``grad`` of ``grad``, Hessian-vector products) or
 forward mode, ``g`` runs ``f`` itself: exact, without checkpointing.
@@ -43,6 +43,7 @@ from ..runtime.store import MemoryStore
 from ..schedule.binomial import Plan
 from ..schedule.budget import parse_bytes
 from ..schedule.chain import Chain, ChainPlan, minimum_memory
+from ..schedule.chain_dp import dp_stages
 from ..schedule.grouped import GroupedRevolve
 from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable, check_disk,
                                  check_positive_int, exactly_one_budget)
@@ -53,12 +54,11 @@ from .expect import Capture, Captured, Expectation
 from .kept import tape_bytes
 from .program_disk import disk_plan
 from .probe import INTERPRETER_BYTES
-from .replay import Replay, env_nbytes
+from .replay import Recorded, Replay, env_nbytes
 from .trace import Trace, boxable, record, value_nbytes
 
 # What a taped op costs beside its plain evaluation and its result: autograd's box, node, VJP
-# closure and the replay's own bookkeeping (tracemalloc: about 2.2 kB an op beside a 768-byte
-# result on a small RNN cell; the time a first estimate)
+# closure and the replay's bookkeeping (tracemalloc: ~2.2 kB an op beside a 768-byte result)
 TAPED_OVERHEAD_S = 3e-5
 TAPED_OVERHEAD_B = 2000
 # What a snapshot, a value in it and the sweep itself hold beside the values' bytes: the
@@ -72,21 +72,6 @@ PLANNING_BYTES_PER_OP = 160     # planning's per-op arrays (times, sizes, live b
                                 # and the recording's columns beside them: at 112 a loop of
                                 # 8000 float ops peaked at 1.15 of its least budget
 GROUP_BYTES = 160               # grouping's arrays and bounds, per group (tracemalloc: ~100)
-# The DP's groups: as many as fit in this share of the recorded run's time. Its time grows as
-# stages^2 (a Python step per segment, ~25 us) and stages^3 x units (~18 ns an element, /6):
-# measured 111 ms at 64 stages x 128 units, 23 ms at 32, 5 ms at 16; at 64 stages it took half
-# of a 0.23 s gradient of the nested loop (n=316), whose recording took 0.03 s
-DP_SHARE = 0.25
-DP_STAGES = (64, 48, 32, 24, 16)
-
-
-def dp_stages(recorded: float, units: int = 128) -> int:
-    """The most DP stages whose estimated planning time is within DP_SHARE of ``recorded``
-    seconds (16 at least: small traces plan exactly)."""
-    for s in DP_STAGES:
-        if 25e-6 * s * s / 2 + 18e-9 * s ** 3 / 6 * units <= DP_SHARE * recorded:
-            return s
-    return DP_STAGES[-1]
 # The share of the budget (after the trace) the plan may predict, and the floor of the free
 # lists' reserve: peaks reached 1.007-1.029 of budgets planned to the byte; with these, at most
 # 0.857 of memory= (six programs x 10 budgets: results/budget-sweep.md), 0.97 on the T=1000 RNN
@@ -110,6 +95,7 @@ class ProgramCall:
         self.inputs: list = []
         self.plan: Any = None
         self.captured: dict | None = None    # cut -> the snapshot the recording took there
+        self.tape: tuple | None = None       # (start, VJPs) of the segment the recording taped
         self.packed: list[int] = []          # value ids of the primitive's outputs
 
     def forward(self, leaves: tuple, learn: bool = True) -> tuple:
@@ -125,18 +111,21 @@ class ProgramCall:
             if expect is not None:
                 capture.append(Capture(expect, tr))
                 tr.watch = capture[0].made
+                tr.taping = capture[0].taping
         tr, (ids, values, out_def) = record(
             program.f, self.inputs, self.rebuild, program.verify,
             REVOLVE_ABOVE if program.memory is None else None, started)
-        tr.watch = None
+        tr.watch = tr.taping = None
         t1 = time.perf_counter()
         self.trace, self.out = tr, (ids, values, out_def)
         stats.ops = stats.plain_ops = tr.n
         stats.record_seconds = t1 - t0
         stats.plain_seconds = t1 - t0
         self.captured = capture[0].finish() if capture else None
-        if self.captured is not None:       # the last call's structure: its plan, captured
-            self.plan = expect.plan
+        if self.captured is not None:       # the last call's structure: its plan, captured,
+            self.plan = expect.plan         # and its first reversed segment's VJPs, taped
+            if capture[0].tape:
+                self.tape = (expect.tape_from, capture[0].tape)
         else:
             self.plan = program.plan_for(tr, self.inputs)
             if learn:
@@ -176,7 +165,8 @@ class ProgramCall:
             if self.captured is not None:   # the recording ran the first sweep
                 first = executor.run(actions, Captured(self.captured), until=Reverse)
                 self.captured = None
-                executor.apply(first, replay)
+                tape, self.tape = self.tape, None
+                executor.apply(first, replay if tape is None else Recorded(replay, *tape))
             executor.run(actions, replay)
         finally:                  # the call's files go, whatever ended the sweep
             if disk is not None:
@@ -195,7 +185,9 @@ class ProgramCall:
 class ProgramPlan:
     """The actions a call replays, and what the planner predicted of them: ``peak_bytes``
     (in RAM), ``seconds``, ``plain_ops`` and ``taped_ops`` of the replay; ``uses_disk``, with
-    ``disk_writes`` and ``disk_reads`` (snapshots), where it keeps snapshots on disk."""
+    ``disk_writes`` and ``disk_reads`` (snapshots), where it keeps snapshots on disk;
+    ``tape_from``, where a later call's recording may start taping
+    (``bincheck/autograd/expect.py``)."""
 
     def __init__(self, actions: tuple, stages: int, peak_bytes: int, seconds: float | None,
                  plain_ops: int | Callable[[], int], taped_ops: int) -> None:
@@ -203,8 +195,8 @@ class ProgramPlan:
             peak_bytes, seconds
         self._plain_ops, self.taped_ops = plain_ops, taped_ops
         self.uses_disk = getattr(actions, "uses_disk", False)
-        self.disk_writes = getattr(actions, "disk_writes", 0)
-        self.disk_reads = getattr(actions, "disk_reads", 0)
+        self.disk_writes, self.disk_reads = (getattr(actions, a, 0) for a in ("disk_writes",
+                                                                              "disk_reads"))
 
     @property
     def plain_ops(self) -> int:
@@ -267,11 +259,9 @@ class CheckpointedProgram(Configured):
         seconds = np.frombuffer(tr.seconds, dtype=np.float64)
         out_bytes = np.frombuffer(tr.out_bytes, dtype=np.int64)
         # what a sweep holds beside its snapshots and the live values (the chain counts those):
-        # the cotangents at the adjoint's cut (a live set; an op's cotangent is one of them),
-        # the inputs' cotangents (summed in place), the sweep's own objects, and what a VJP
-        # makes at once: the cotangents it pulls back (one on its way into an input's sum,
-        # pull_back hands each over as it arrives, whatever the segment's length, and the
-        # others) or its temporaries (tanh's: three results)
+        # the cotangents at the adjoint's cut (a live set), the inputs' cotangents (summed in
+        # place), the sweep's own objects, and what a VJP makes at once: the cotangents it
+        # pulls back (pull_back hands each over as it arrives) or its temporaries (tanh's: 3)
         sizes = [value_nbytes(v) for v in self_inputs if boxable(v)]
         inputs, largest = sum(sizes), max(sizes, default=0)
         out_max = int(out_bytes.max())
@@ -308,10 +298,9 @@ class CheckpointedProgram(Configured):
                                  f"lists, {need} bytes in all")
             room = self.memory - trace_bytes - exact
             free = exact + min(int(room * MODEL_SHARE), room - reserve)
-            # three candidates, the least predicted time wins: Revolve over the ops (always
-            # fits from the minimum up), Revolve over many groups of ops (long traces: few
-            # recomputations where boundaries are small), the DP over a few dozen groups (it
-            # may keep taped segments; refused where one of its groups does not fit)
+            # the least predicted time of: Revolve over the ops (fits from the minimum up),
+            # Revolve over many groups of ops (few recomputations where cuts are small), the
+            # DP over a few dozen groups (it may keep taped segments)
             found = [self.revolve_within(chain, free)]      # one op taped at a time
             # its group arrays and bounds (about GROUP_BYTES a group) share the tables' room
             room = (free - planning) // 2 // GROUP_BYTES
@@ -335,7 +324,9 @@ class CheckpointedProgram(Configured):
             if on_disk is not None:
                 best = ProgramPlan(on_disk, on_disk.stages, on_disk.peak_bytes, on_disk.seconds,
                                    on_disk.plain_stages, on_disk.taped_stages)
-            best.peak_bytes = max(best.peak_bytes, final)
+            best.peak_bytes = max(best.peak_bytes, final)   # a repeated call's recording tapes
+            best.tape_from = Expectation.tape_fits(         # too, where that fits
+                best.actions, chain, tr.keys_bytes + int(cuts.max()) + 16 * n, free)
             return best
         cp.release()
         return ProgramPlan(cp, cp.stages, cp.peak_bytes, cp.seconds, cp.plain_stages,

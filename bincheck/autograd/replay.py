@@ -143,6 +143,45 @@ class Replay:
         stats.backward_seconds += time.perf_counter() - t1
 
 
+class Recorded:
+    """The executor's stepper for a call whose recording taped its first reversed segment,
+    ``start`` to the end (:mod:`.expect`): that reverse pulls back through the recorded VJPs,
+    with no replay; everything else is ``replay``'s."""
+
+    def __init__(self, replay: Replay, start: int, tape: list) -> None:
+        self.replay, self.start, self.tape = replay, start, tape
+        self.advance = replay.advance
+
+    def reverse(self, env: dict, start: int, stop: int) -> None:
+        replay, tape = self.replay, self.tape
+        if tape is None or start != self.start or stop != replay.trace.n:
+            return replay.reverse(env, start, stop)
+        self.tape = None
+        t0 = time.perf_counter()
+        tr, ct, wanted, stats = replay.trace, replay.ct, replay.wanted, replay.stats
+        n_in, last = tr.n_in, tr.last
+        first = n_in + start
+        stats.plain_ops -= stop - start              # the recording ran them taped
+        stats.taped_ops += stop - start
+        outgrads = {}
+        for k in range(start, stop):
+            c = ct.pop(n_in + k, None) if last[n_in + k] >= stop else None
+            if c is not None:
+                outgrads[n_in + k] = (c, False)
+        while tape:                                 # last op first, as :func:`pull_back`
+            k, parents, vjp = tape.pop()
+            g = outgrads.pop(n_in + k, None)
+            if g is None:
+                continue
+            for p, ingrad in zip(parents, vjp(g[0])):
+                if p >= first:
+                    outgrads[p] = add_outgrads(outgrads.get(p), ingrad)
+                elif p >= n_in or p in wanted:
+                    accumulate(ct, p, ingrad, p < n_in)
+            g = ingrad = vjp = None
+        stats.backward_seconds += time.perf_counter() - t0
+
+
 def taped(fun: Callable, args: list, kwargs: dict, level: int) -> Any:
     """``fun(*args, **kwargs)`` under the tape at ``level``: what autograd's primitive wrapper
     does (the raw function on the values, a :class:`VJPNode` of the boxed arguments, a box of

@@ -123,7 +123,7 @@ class Trace:
 
     __slots__ = ("n_in", "templates", "_keys", "tmpl", "parents", "start", "arity", "out_bytes",
                  "seconds", "last", "outputs", "consts_bytes", "_t", "diff", "prints",
-                 "plan_limit", "watch", "keeps", "freed_bytes", "keys_bytes")
+                 "plan_limit", "watch", "taping", "keeps", "freed_bytes", "keys_bytes")
 
     def __init__(self, n_in: int, plan_limit: int | None = None) -> None:
         self.n_in = n_in
@@ -132,6 +132,8 @@ class Trace:
         # dropped and no longer recorded: the recording then holds the trace alone
         self.plan_limit = plan_limit
         self.watch: Callable[[int, Any], None] | None = None   # told of each op's result
+        self.taping: Callable | None = None     # told of each op: (k, value, fun, args, kwargs,
+                                                # argnums, parent ids)
         # (fun, argnums, args with None for traced and open places, kwargs, column or None)
         self.templates: list[tuple] = []
         self._keys: dict = {}
@@ -190,6 +192,8 @@ class Trace:
             self.prints[self.n - 1] = fingerprint(value)
         if self.watch is not None:
             self.watch(self.n - 1, value)
+        if self.taping is not None:
+            self.taping(self.n - 1, value, fun, args, kwargs, argnums, parent_ids)
         return self.n_in + self.n - 1
 
     def _new_template(self, key: tuple, fun: Callable, args: tuple, kwargs: dict,
