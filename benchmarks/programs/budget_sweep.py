@@ -68,6 +68,44 @@ def programs():
     yield "implicit Euler", implicit_euler, (numpy.array([3.0]), numpy.array([1.0, 0.5])), (0, 1)
     yield "branchy", branchy, (rng.randn(4), 0.7), (0, 1)
     yield "outer 300", outer, (rng.randn(10),), (0,)
+    # found by reviews of round 4: states of many arrays, distinct constants, a pull-back that
+    # makes arrays larger than the op's result (solve's: A-sized)
+    yield "list of 10 states", list_state, (0.7, rng.randn(10, 50)), (0, 1)
+    yield "dict of 8 states", dict_state, (0.7, rng.randn(8, 3)), (0, 1)
+    consts = [rng.randn(200) for _ in range(1500)]
+    yield "1500 constants", lambda x: distinct(x, consts), (rng.randn(200),), (0,)
+    A0 = rng.randn(32, 32) + 32 * numpy.eye(32)
+    yield "solve loop", lambda w, x: solve_loop(w, x, A0), (0.5, rng.randn(32)), (0, 1)
+
+
+def list_state(w, xs):
+    import autograd.numpy as np
+    s = [xs[i] for i in range(10)]
+    for _ in range(150):
+        s = [np.tanh(s[i] * w + s[(i + 1) % 10]) for i in range(10)]
+    return sum(np.sum(v) for v in s)
+
+
+def dict_state(w, xs):
+    import autograd.numpy as np
+    s = {f"k{i}": xs[i] for i in range(8)}
+    for _ in range(200):
+        s = {k: np.tanh(v * w + s[f"k{(i + 1) % 8}"]) for i, (k, v) in enumerate(s.items())}
+    return sum(np.sum(v) for v in s.values())
+
+
+def distinct(x, consts):
+    import autograd.numpy as np
+    for c in consts:
+        x = np.tanh(x + c)
+    return np.sum(x)
+
+
+def solve_loop(w, x, A0):
+    import autograd.numpy as np
+    for _ in range(200):
+        x = np.linalg.solve(A0 + w * numpy.eye(len(A0)), x) * 30.0
+    return np.sum(x)
 
 
 def least_budget(f, args, argnums) -> int:
