@@ -115,3 +115,14 @@ def test_a_repeating_chain_is_grouped_in_whole_bodies_at_its_cheapest_phase(monk
     balanced = GroupedRevolve.best(chain, 2_800_000)
     assert plan.plain_stages < 0.95 * balanced.plain_stages, (plan.plain_stages,
                                                               balanced.plain_stages)
+
+
+def test_the_group_counts_both_many_group_planners_try():
+    """sqrt(2) steps from the smallest, capped at the largest and at the chain's stages (one
+    generator for GroupedRevolve.best and FittedRevolve.best)."""
+    from bincheck.schedule.grouped import group_counts
+    assert list(group_counts(10 ** 6, 64, 4096)) == [64, 91, 128, 181, 256, 362, 512, 724, 1024,
+                                                    1448, 2048, 2896, 4096]
+    assert list(group_counts(300, 64, 4096)) == [64, 91, 128, 181, 256, 300]
+    assert list(group_counts(10 ** 6, 64, 100)) == [64, 91, 100]
+    assert list(group_counts(40, 64, 4096)) == [40]

@@ -17,7 +17,7 @@ from typing import Iterator
 from .actions import Action
 from .binomial import Plan, repetitions
 from .chain import Chain, chain_cost, group, grouped, minimum_memory
-from .grouped import body_bounds, on_stages
+from .grouped import body_bounds, group_counts, on_stages
 
 # the most sweeps of a plan that :meth:`FittedRevolve.fit` prices (chain_cost walks every stage
 # of every advance): Revolve's repetitions over the groups
@@ -70,13 +70,8 @@ class FittedRevolve:
         first that fits until three in a row are slower than the best; None if none fits.
         Coarser groups recompute less where the snapshots stay as many (fewer, larger groups
         in the same number of Revolve's sweeps), finer ones tape less at once."""
-        counts, i, g = set(), 0, smallest
-        while g <= largest:
-            counts.add(min(g, chain.n))
-            i += 1
-            g = round(smallest * 2 ** (i / 2))
         found, worse = None, 0
-        for count in sorted(counts):
+        for count in group_counts(chain.n, smallest, largest):
             plan = cls.fit(chain, memory, group(chain, count))
             if plan is None:
                 continue

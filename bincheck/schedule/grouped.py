@@ -77,9 +77,7 @@ class GroupedRevolve:
         the chain's own stages where fewer); None if none fits. (Powers of two alone missed
         an RNN's step boundaries: 256 groups of 1202 ops hold one or two steps, 362 one.)"""
         found, worse = None, 0
-        g, k = smallest, 0
-        while True:
-            count = min(g, chain.n)
+        for count in group_counts(chain.n, smallest, largest):
             try:
                 plan = cls(chain, memory, count)
             except ValueError:
@@ -94,10 +92,8 @@ class GroupedRevolve:
             # every count up to 4096 took 0.2 s of planning on a trace of 30,000 ops)
             worse = worse + 1 if found is not None and plan is not None and \
                 plan.seconds > 1.01 * found.seconds else 0
-            if count == chain.n or g >= largest or worse == 3:
+            if worse == 3:
                 break
-            k += 1
-            g = min(largest, round(smallest * 2 ** (k / 2)))
         for bounds in body_bounds(chain, smallest, largest):
             try:
                 plan = cls(chain, memory, len(bounds) - 1, bounds)
@@ -112,6 +108,18 @@ class GroupedRevolve:
 
     def __iter__(self) -> Iterator[Action]:
         return on_stages(self.plan, self.bounds)
+
+
+def group_counts(n: int, smallest: int, largest: int) -> Iterator[int]:
+    """The group counts the many-group planners try on ``n`` stages: ``smallest, sqrt(2) *
+    smallest, 2 * smallest, ...`` up to ``largest``, capped at ``n`` (then the last)."""
+    k = 0
+    while True:
+        count = min(n, largest, round(smallest * 2 ** (k / 2)))
+        yield count
+        if count >= n or count >= largest:
+            return
+        k += 1
 
 
 def period(chain: Chain, longest: int = 64) -> int:
