@@ -83,6 +83,25 @@ def test_a_longer_second_call_stops_taping_and_is_exact():
         close(grad(g, (0, 1))(x, 0.9), grad(f, (0, 1))(x, 0.9), rtol=1e-12)
 
 
+def test_a_call_with_other_inputs_tapes_nothing_as_it_records():
+    """A call with another number of arguments has the last call's structure nowhere: its
+    recording captured nothing but had taped every op from the expected segment on, to the
+    end (32.6 MB where its other calls peak at 1.5 MB: a review's finding)."""
+    from helpers import peak_bytes
+
+    def f(*ws):
+        x, w = ws[0], ws[-1]
+        for _ in range(100 * len(ws)):
+            x = np.tanh(x * w + 0.1)
+        return np.sum(x)
+    x = rng.randn(20000)
+    g = checkpoint_program(f, num_ckpts=4)
+    first = peak_bytes(grad(g, 0), x, 0.9)[0]
+    other, got = peak_bytes(grad(g, 0), x, 0.9, 0.9)
+    close([got], [grad(f, 0)(x, 0.9, 0.9)], rtol=1e-12)
+    assert other < 3 * first, (other, first)
+
+
 def test_what_the_next_call_expects_is_held_compactly():
     """The expectation a program keeps between calls (the cuts' live sets, the values to
     hold) is int32 arrays: tuples of Python ints and a dict were 74 kB for a state of 10

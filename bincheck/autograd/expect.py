@@ -162,17 +162,24 @@ class Capture:
         tape, e = self.tape, self.expect
         if tape is None or k < e.tape_from:
             return
+        if not self.ok:                         # the structure differs: nothing to tape
+            self.tape = None
+            return
+        dep = self.tr.dep                       # only what autograd would differentiate
+        keep = [j for j, p in enumerate(parent_ids) if dep[p]]
+        if not keep:
+            return
         if e.tape_bytes >= 0:
             self.taped_bytes += value_nbytes(value)
             if self.taped_bytes > e.tape_bytes:
                 self.tape = None
                 return
         try:
-            vjp = primitive_vjps[fun](argnums, value, args, kwargs)
+            vjp = primitive_vjps[fun](tuple(argnums[j] for j in keep), value, args, kwargs)
         except Exception:                       # the replay raises what autograd would
             self.tape = None
             return
-        tape.append((k, tuple(parent_ids), vjp))
+        tape.append((k, tuple(parent_ids[j] for j in keep), vjp))
 
     def _want(self) -> int:
         need = self.expect.need

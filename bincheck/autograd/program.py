@@ -88,8 +88,9 @@ class ProgramCall:
     """One call of a checkpointed program: its trace, plan and stats, from its forward (the
     recording) to its VJP (the replay)."""
 
-    def __init__(self, program: "CheckpointedProgram", rebuild: Callable) -> None:
-        self.program, self.rebuild = program, rebuild
+    def __init__(self, program: "CheckpointedProgram", rebuild: Callable,
+                 wanted: set | None = None) -> None:
+        self.program, self.rebuild, self.wanted = program, rebuild, wanted   # boxed leaves
         self.stats = ProgramStats()
         self.trace: Trace | None = None
         self.inputs: list = []
@@ -114,7 +115,7 @@ class ProgramCall:
                 tr.taping = capture[0].taping
         tr, (ids, values, out_def) = record(
             program.f, self.inputs, self.rebuild, program.verify,
-            REVOLVE_ABOVE if program.memory is None else None, started)
+            REVOLVE_ABOVE if program.memory is None else None, started, self.wanted)
         tr.watch = tr.taping = None
         t1 = time.perf_counter()
         self.trace, self.out = tr, (ids, values, out_def)
@@ -243,7 +244,8 @@ class CheckpointedProgram(Configured):
         if not any(reverse_traced(v) for v in boxed) or any(isbox(v._value) for v in boxed) or \
                 len({v._trace for v in boxed}) > 1:
             return self.f(*args)
-        call = ProgramCall(self, lambda ls: tuple(unflatten(tree_def, ls)))
+        call = ProgramCall(self, lambda ls: tuple(unflatten(tree_def, ls)),
+                           {i for i, v in enumerate(leaves) if isbox(v)})
         return call.result(program_primitive(*leaves, call=call))
 
     def plan_for(self, tr: Trace, self_inputs: list = ()) -> "ProgramPlan":

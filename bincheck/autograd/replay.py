@@ -19,7 +19,7 @@ from autograd.tracer import isbox, new_box, trace_stack
 from ..runtime.errors import NondeterministicStepError
 from ..runtime.stats import ProgramStats
 from .constants import build
-from .trace import Trace, boxable, fingerprint, value_nbytes
+from .trace import Trace, fingerprint, value_nbytes
 
 
 def env_nbytes(env: dict) -> int:
@@ -93,7 +93,8 @@ class Replay:
         tr, inputs, ct = self.trace, self.inputs, self.ct
         n_in, last = tr.n_in, tr.last
         first = n_in + start
-        outs = [n_in + k for k in range(start, stop) if last[n_in + k] >= stop and tr.diff[k]]
+        dep = tr.dep
+        outs = [n_in + k for k in range(start, stop) if last[n_in + k] >= stop and dep[n_in + k]]
         self.stats.taped_ops += stop - start
         if not any(o in ct for o in outs):          # nothing to pull back through the segment
             for o in outs:
@@ -101,9 +102,10 @@ class Replay:
             return
         needed = sorted({p for k in range(start, stop) for p in tr.parents_of(k) if p < first})
         value = lambda p: inputs[p] if p < n_in else env[p]  # noqa: E731
-        # inputs nobody asked a cotangent for are constants here (no buffer for them)
+        # values of the inputs nobody asked a cotangent for alone are constants here, as they
+        # are to autograd (no buffer for them, no VJP asked of their ops)
         wanted = self.wanted
-        wrt = [p for p in needed if (p >= n_in or p in wanted) and boxable(value(p))]
+        wrt = [p for p in needed if dep[p] and (p >= n_in or p in wanted)]
         if not wrt:                                 # nothing wanted flows back through it
             for o in outs:
                 ct.pop(o, None)

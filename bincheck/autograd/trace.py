@@ -12,7 +12,10 @@ repeated code shares templates) and its parents' value ids, in typed arrays:
   each, found from ``start[k]`` (4 bytes an op), then the numbers of its constants that its
   template leaves open (``xs[t]``'s index: one template for every ``t``; :mod:`.constants`);
 * ``last``: each value's last use (the op index, ``n`` for the program's outputs, -1 never),
-  4 bytes a value, and the live bytes at every cut (the chain's ``cuts``).
+  4 bytes a value, and the live bytes at every cut (the chain's ``cuts``);
+* ``dep``: whether a value depends on an input being differentiated, a byte a value: what plain
+  autograd boxes (an integer array made from a traced float is one) and no other (a value of
+  the undifferentiated inputs alone is a constant to it).
 
 Values are numbered ``0..n_in-1`` for the program's inputs, then ``n_in + k`` for op ``k``'s
 result. A cut ``c`` lies before op ``c``; the values *live* at it are those defined before it
@@ -122,10 +125,11 @@ class Trace:
     """The recorded ops of one call (see the module docstring)."""
 
     __slots__ = ("n_in", "templates", "_keys", "tmpl", "parents", "start", "arity", "out_bytes",
-                 "seconds", "last", "outputs", "consts_bytes", "_t", "diff", "prints",
+                 "seconds", "last", "outputs", "consts_bytes", "_t", "dep", "prints",
                  "plan_limit", "watch", "taping", "keeps", "freed_bytes", "keys_bytes")
 
-    def __init__(self, n_in: int, plan_limit: int | None = None) -> None:
+    def __init__(self, n_in: int, plan_limit: int | None = None,
+                 wanted: set | None = None) -> None:
         self.n_in = n_in
         # the per-op times and bytes are kept while the trace has at most ``plan_limit`` ops
         # (None: always); beyond it the plan needs none (Revolve over the ops), so they are
@@ -146,7 +150,8 @@ class Trace:
         self.consts_bytes = 0
         self.freed_bytes = 0                   # tuples the recording freed, still traced
         self.keys_bytes = 0                    # its template keys' tuples, alive until then
-        self.diff = array("b")                 # per op: its result is differentiable
+        # per value: it depends on an input being differentiated (``wanted``; None: all)
+        self.dep = array("b", [wanted is None or i in wanted for i in range(n_in)])
         self.keeps: list = []                  # per template: what its VJP keeps (.kept)
         self.prints: dict | None = None        # verify=True: op -> fingerprint of its result
         self._t = time.perf_counter()
@@ -187,7 +192,8 @@ class Trace:
             if self.plan_limit is not None and len(self.tmpl) > self.plan_limit:
                 self.out_bytes = self.seconds = None
                 self.keeps = []
-        self.diff.append(boxable(value))
+        dep = self.dep
+        dep.append(any(dep[p] for p in parent_ids))
         if self.prints is not None:
             self.prints[self.n - 1] = fingerprint(value)
         if self.watch is not None:
@@ -297,7 +303,7 @@ class Trace:
     @property
     def nbytes(self) -> int:
         """What the trace holds: its arrays and the constants its templates keep."""
-        arrays = (self.tmpl, self.parents, self.start, self.last, self.diff)
+        arrays = (self.tmpl, self.parents, self.start, self.last, self.dep)
         return sum(a.itemsize * len(a) for a in arrays) + self.consts_bytes + \
             sum(sys.getsizeof(t) + sys.getsizeof(t[2]) + sys.getsizeof(t[3]) + 8 +
                 (sys.getsizeof(t[4][0]) + 64 * len(t[4][1]) if t[4] else 0)
@@ -331,11 +337,12 @@ notrace_primitives[RecNode] = notrace_primitives[VJPNode]
 
 def record(f: Callable, leaves: list, rebuild: Callable[[list], tuple],
            verify: bool = False, plan_limit: int | None = None,
-           started: Callable[[Trace], None] | None = None) -> tuple[Trace, Any]:
+           started: Callable[[Trace], None] | None = None,
+           wanted: set | None = None) -> tuple[Trace, Any]:
     """Run ``f(*rebuild(boxed leaves))`` once, recording it: (the trace, (each result leaf's
     value id, -1 for a constant; the result leaves as plain values; the result's structure));
-    ``plan_limit``: see :class:`Trace`; ``started(trace)`` before ``f`` runs."""
-    tr = Trace(len(leaves), plan_limit)
+    ``plan_limit``, ``wanted``: see :class:`Trace`; ``started(trace)`` before ``f`` runs."""
+    tr = Trace(len(leaves), plan_limit, wanted)
     if started is not None:
         started(tr)
     if verify:
