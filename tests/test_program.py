@@ -508,3 +508,22 @@ def test_values_of_undifferentiated_inputs_alone_are_constants_as_in_autograd():
         for _ in range(3):
             close([grad(g, 0)(x, w)], [grad(f, 0)(x, w)], rtol=1e-12)
 
+
+def test_a_view_of_a_temporary_is_priced_as_the_array_it_keeps():
+    """``np.outer(x, x)[0]``: the row keeps the 8 MB product alive wherever it is held (a VJP
+    keeps it); priced as its 8 kB, the least budget peaked at 4x ``memory=``."""
+    import re
+    from helpers import peak_bytes
+
+    def f(x, w):
+        for _ in range(20):
+            x = np.exp(-x * w) * 0.5 + np.outer(x, x)[0] * 0.01
+        return np.sum(x)
+    args = (rng.randn(1000), 0.7)
+    with pytest.raises(ValueError, match="bytes in all") as err:
+        grad(checkpoint_program(f, memory=1), (0, 1))(*args)
+    memory = int(re.search(r"(\d+) bytes in all", str(err.value)).group(1))
+    del err
+    g = checkpoint_program(f, memory=memory)
+    peaks = [peak_bytes(grad(g, (0, 1)), *args)[0] for _ in range(2)]
+    assert max(peaks) <= memory, [p / memory for p in peaks]

@@ -36,7 +36,7 @@ from autograd.tracer import Node, isbox, new_box, notrace_primitives, trace_stac
 from ..tree import flatten
 from .constants import THRESHOLD, column, shape_of
 from .constants import bases as spec_bases
-from .kept import closure_keeps
+from .kept import _root, closure_keeps
 
 
 class ClosureError(ValueError):
@@ -186,7 +186,17 @@ class Trace:
         if words:
             self.parents.frombytes(words)
         if columns:
-            self.out_bytes.append(value_nbytes(value))
+            nb = value_nbytes(value)
+            if isinstance(value, np.ndarray) and value.base is not None:
+                # a view of an op's result keeps that whole array alive: count it (each view
+                # so: ``np.outer(x, x)[0]`` kept 8 MB where 8 kB was counted)
+                root = _root(value)
+                for i, p in zip(argnums, parent_ids):
+                    if p >= self.n_in and isinstance(args[i], np.ndarray) and \
+                            _root(args[i]) is root:
+                        nb = max(nb, int(root.nbytes))
+                        break
+            self.out_bytes.append(nb)
             if index == len(self.keeps):          # a new template: what its VJP keeps
                 self.keeps.append(closure_keeps(fun, argnums, value, args, kwargs))
             if self.plan_limit is not None and len(self.tmpl) > self.plan_limit:
