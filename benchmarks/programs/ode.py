@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 
@@ -89,8 +90,17 @@ def measure(n: int, steps: int, rounds: int, budgets=BUDGETS, log=print) -> list
     ref = plain(p, y0)
     newton = list(loss.newton)
     plain_mib, _ = peak_mib(lambda: plain(p, y0))
-    progs = {name: checkpoint_program(loss, memory=int(share * plain_mib * 2 ** 20))
-             for name, share in budgets}
+    try:                                        # the least budget, from its error's text
+        grad(checkpoint_program(loss, memory=1), (0, 1))(p, y0)
+    except ValueError as err:
+        least = int(re.search(r"(\d+) bytes in all", str(err)).group(1))
+    progs = {}
+    for name, share in budgets:     # a share below the least budget runs at the least instead
+        memory = int(share * plain_mib * 2 ** 20)
+        if memory < least:
+            log(f"  {name}: {memory} bytes is below the least budget, {least}: run at that")
+            name, memory = f"program @least ({100 * least / 2 ** 20 / plain_mib:.1f}%)", least
+        progs[name] = checkpoint_program(loss, memory=memory)
     grads = {"plain autograd": plain, **{k: grad(g, (0, 1)) for k, g in progs.items()}}
     times = interleaved_medians([lambda g=g: g(p, y0) for g in grads.values()], rounds)
     plans = {k: g.stats.plan_seconds for k, g in progs.items()}    # timed outside tracemalloc
