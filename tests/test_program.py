@@ -509,21 +509,64 @@ def test_values_of_undifferentiated_inputs_alone_are_constants_as_in_autograd():
             close([grad(g, 0)(x, w)], [grad(f, 0)(x, w)], rtol=1e-12)
 
 
-def test_a_view_of_a_temporary_is_priced_as_the_array_it_keeps():
-    """``np.outer(x, x)[0]``: the row keeps the 8 MB product alive wherever it is held (a VJP
-    keeps it); priced as its 8 kB, the least budget peaked at 4x ``memory=``."""
-    import re
-    from helpers import peak_bytes
 
-    def f(x, w):
-        for _ in range(20):
-            x = np.exp(-x * w) * 0.5 + np.outer(x, x)[0] * 0.01
-        return np.sum(x)
-    args = (rng.randn(1000), 0.7)
+def _least(f, args, argnums):
+    import re
     with pytest.raises(ValueError, match="bytes in all") as err:
-        grad(checkpoint_program(f, memory=1), (0, 1))(*args)
-    memory = int(re.search(r"(\d+) bytes in all", str(err.value)).group(1))
-    del err
+        grad(checkpoint_program(f, memory=1), argnums)(*args)
+    return int(re.search(r"(\d+) bytes in all", str(err.value)).group(1))
+
+
+def _row_of_outer(x, w):
+    for _ in range(20):
+        x = np.exp(-x * w) * 0.5 + np.outer(x, x)[0] * 0.01
+    return np.sum(x)
+
+
+def _part_of_split(x, w):
+    for _ in range(20):
+        p = np.split(np.outer(x, x), x.shape[0])[0]
+        x = np.exp(-x * w) * 0.5 + np.sum(np.sin(p), axis=0) * 0.01
+    return np.sum(x)
+
+
+def _rows_of_one(x, w):
+    for _ in range(6):
+        M = np.outer(x, x)
+        x = np.tanh(sum(M[i] for i in range(0, 1000, 25)) * 1e-3 * w)
+    return np.sum(x)
+
+
+@pytest.mark.parametrize("f", [_row_of_outer, _part_of_split, _rows_of_one])
+def test_a_view_keeps_the_array_it_views_alive_and_is_priced_so(f):
+    """``np.outer(x, x)[0]``: the row keeps the 8 MB product alive while it is held (in a
+    snapshot, or kept by a VJP); priced as its 8 kB, its least budget peaked at 2.9x
+    ``memory=`` (a review measured 1.9x for a part of ``np.split``, the view reached through a
+    list, and 1.6x for many rows of one product, at other sizes). The array is now live while a view of it is, and a tape keeping a view keeps it;
+    several views of one array price it once."""
+    from helpers import peak_bytes
+    args = (rng.randn(1000), 0.7)
+    memory = _least(f, args, (0, 1))
     g = checkpoint_program(f, memory=memory)
     peaks = [peak_bytes(grad(g, (0, 1)), *args)[0] for _ in range(2)]
     assert max(peaks) <= memory, [p / memory for p in peaks]
+
+
+def test_a_view_of_an_input_not_differentiated_costs_nothing():
+    """``X[t][:n]`` of a 6.4 MB data input not differentiated: the caller holds X, so the
+    views cost nothing; each was priced at its own bytes, and a view of a view of X (the whole
+    row's) kept the least budget at 14 MB against plain autograd's 0.3 MB."""
+    from helpers import peak_bytes
+
+    def f(X, w, h):
+        for t in range(40):
+            h = np.tanh(h * w + X[t][:h.shape[0]])
+        return np.sum(h)
+    args = (rng.randn(40, 20000), 0.9, rng.randn(200))
+    memory = _least(f, args, (1, 2))
+    plain = peak_bytes(grad(f, (1, 2)), *args)[0]
+    assert memory < 2 * plain, (memory, plain)
+    g = checkpoint_program(f, memory=memory)
+    peaks = [peak_bytes(grad(g, (1, 2)), *args)[0] for _ in range(2)]
+    assert max(peaks) <= memory, [p / memory for p in peaks]
+    close(grad(g, (1, 2))(*args), grad(f, (1, 2))(*args), rtol=1e-12)

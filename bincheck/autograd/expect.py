@@ -29,9 +29,11 @@ MAX_CUTS = 256          # a first sweep stopping at more cuts is not captured (l
 
 def structure(tr: Any, upto: int, crc: int = 0, start: int = 0) -> int:
     """A checksum of ops ``start .. upto - 1`` of the trace's structure (their templates' ops
-    and traced positions, their parents and their results' sizes where recorded), continuing
-    ``crc``."""
+    and traced positions, their parents and their results' sizes where recorded; from the
+    start, which inputs are differentiated: their cotangents are planned), continuing ``crc``."""
     tmpl, starts = tr.tmpl, tr.start
+    if start == 0:
+        crc = zlib.crc32(memoryview(tr.dep)[:tr.n_in], crc)
     crc = zlib.crc32(memoryview(tmpl)[start:upto], crc)
     lo = starts[start] if start < len(starts) else len(tr.parents)
     hi = starts[upto] if upto < len(starts) else len(tr.parents)

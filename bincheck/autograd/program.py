@@ -68,9 +68,9 @@ TAPED_OVERHEAD_B = 2000
 SNAPSHOT_OVERHEAD_B = 1500
 VALUE_OVERHEAD_B = 200
 SWEEP_OVERHEAD_B = 64 * 1024
-PLANNING_BYTES_PER_OP = 160     # planning's per-op arrays (times, sizes, live bytes) at once,
-                                # and the recording's columns beside them: at 112 a loop of
-                                # 8000 float ops peaked at 1.15 of its least budget
+PLANNING_BYTES_PER_OP = 168     # planning's per-op arrays (times, sizes, live bytes) at once,
+                                # and the recording's columns beside them (owners: 4 B): at 112
+                                # a loop of 8000 float ops peaked at 1.15 of its least budget
 GROUP_BYTES = 160               # grouping's arrays and bounds, per group (tracemalloc: ~100)
 # The share of the budget (after the trace) the plan may predict, and the floor of the free
 # lists' reserve: peaks reached 1.007-1.029 of budgets planned to the byte; with these, at most
@@ -264,7 +264,7 @@ class CheckpointedProgram(Configured):
         # the cotangents at the adjoint's cut (a live set), the inputs' cotangents (summed in
         # place), the sweep's own objects, and what a VJP makes at once: the cotangents it
         # pulls back (pull_back hands each over as it arrives) or its temporaries (tanh's: 3)
-        sizes = [value_nbytes(v) for v in self_inputs if boxable(v)]
+        sizes = [value_nbytes(v) for i, v in enumerate(self_inputs) if tr.dep[i]]  # wanted
         inputs, largest = sum(sizes), max(sizes, default=0)
         out_max = int(out_bytes.max())
         work = int(cuts.max()) + inputs + max(largest + out_max, 3 * out_max) + \
@@ -287,9 +287,9 @@ class CheckpointedProgram(Configured):
             big, tape = int(chain.cuts.max()), int(chain.tape.max())
             exact = inputs + largest       # arrays of known bytes: the model's share is not theirs
             # the margin: the model's error (MODEL_SHARE) or CPython's free lists (``reserve``);
-            # the recording held its template keys and a live set beside its per-op columns (16 B)
+            # the recording held its template keys and a live set beside its per-op columns (20 B)
             model = max(minimum_memory(chain), chain.work + 3 * big + tape, planning, final,
-                        tr.keys_bytes + int(cuts.max()) + 16 * n)
+                        tr.keys_bytes + int(cuts.max()) + 20 * n)
             model -= exact
             need = exact + max(int(model / MODEL_SHARE), model + reserve) + \
                 trace_bytes + 1
@@ -328,7 +328,7 @@ class CheckpointedProgram(Configured):
                                    on_disk.plain_stages, on_disk.taped_stages)
             best.peak_bytes = max(best.peak_bytes, final)   # a repeated call's recording tapes
             best.tape_from = Expectation.tape_fits(         # too, where that fits
-                best.actions, chain, tr.keys_bytes + int(cuts.max()) + 16 * n, free)
+                best.actions, chain, tr.keys_bytes + int(cuts.max()) + 20 * n, free)
             return best
         cp.release()
         return ProgramPlan(cp, cp.stages, cp.peak_bytes, cp.seconds, cp.plain_stages,

@@ -36,7 +36,7 @@ from autograd.tracer import Node, isbox, new_box, notrace_primitives, trace_stac
 from ..tree import flatten
 from .constants import THRESHOLD, column, shape_of
 from .constants import bases as spec_bases
-from .kept import _root, closure_keeps
+from .kept import INPUT_VIEW, closure_keeps, held_until, view_owner
 
 
 class ClosureError(ValueError):
@@ -125,7 +125,7 @@ class Trace:
     """The recorded ops of one call (see the module docstring)."""
 
     __slots__ = ("n_in", "templates", "_keys", "tmpl", "parents", "start", "arity", "out_bytes",
-                 "seconds", "last", "outputs", "consts_bytes", "_t", "dep", "prints",
+                 "seconds", "last", "outputs", "consts_bytes", "_t", "dep", "prints", "owner",
                  "plan_limit", "watch", "taping", "keeps", "freed_bytes", "keys_bytes")
 
     def __init__(self, n_in: int, plan_limit: int | None = None,
@@ -144,6 +144,10 @@ class Trace:
         self.tmpl, self.parents, self.start = array("I"), array("i"), array("I")
         self.out_bytes = array("q")            # per op: its result's bytes (for the plan)
         self.seconds = array("d")              # per op: time since the previous op recorded
+        # per op, where its result is a view (or holds views) of an earlier result's array: that
+        # result's value id (its storage lives while the view does: ``held_until``, and a tape
+        # keeping the view keeps it), INPUT_VIEW of an input's, else -1 (for the plan)
+        self.owner = array("i")
         self.last = array("i")
         self.arity: list[int] = []
         self.outputs: list[int] = []
@@ -185,25 +189,20 @@ class Trace:
         self.parents.extend(parent_ids)
         if words:
             self.parents.frombytes(words)
+        dep = self.dep
+        differentiated = any(dep[p] for p in parent_ids)
         if columns:
-            nb = value_nbytes(value)
-            if isinstance(value, np.ndarray) and value.base is not None:
-                # a view of an op's result keeps that whole array alive: count it (each view
-                # so: ``np.outer(x, x)[0]`` kept 8 MB where 8 kB was counted)
-                root = _root(value)
-                for i, p in zip(argnums, parent_ids):
-                    if p >= self.n_in and isinstance(args[i], np.ndarray) and \
-                            _root(args[i]) is root:
-                        nb = max(nb, int(root.nbytes))
-                        break
-            self.out_bytes.append(nb)
+            owner = view_owner(value, args, argnums, parent_ids, self.n_in, self.owner)
+            self.owner.append(owner)
+            # a view of an input holds no bytes of its own, but a cotangent if differentiated
+            self.out_bytes.append(0 if owner == INPUT_VIEW and not differentiated else
+                                  value_nbytes(value))
             if index == len(self.keeps):          # a new template: what its VJP keeps
                 self.keeps.append(closure_keeps(fun, argnums, value, args, kwargs))
             if self.plan_limit is not None and len(self.tmpl) > self.plan_limit:
-                self.out_bytes = self.seconds = None
+                self.out_bytes = self.seconds = self.owner = None
                 self.keeps = []
-        dep = self.dep
-        dep.append(any(dep[p] for p in parent_ids))
+        dep.append(differentiated)
         if self.prints is not None:
             self.prints[self.n - 1] = fingerprint(value)
         if self.watch is not None:
@@ -293,11 +292,16 @@ class Trace:
                 total += int(base.nbytes)
         return total
 
+    def held_until(self) -> np.ndarray:
+        """Per op's value: the last op its array is held for (:func:`.kept.held_until`)."""
+        return held_until(self)
+
     def cut_bytes(self, per_value: int = 0) -> np.ndarray:
         """Bytes live at each cut ``0..n`` (inputs excluded; see the module docstring), each
-        value counted ``per_value`` bytes more (a snapshot's reference to it)."""
-        n, n_in = self.n, self.n_in
-        last = np.frombuffer(self.last, dtype=np.int32)[n_in:].astype(np.int64)
+        value counted ``per_value`` bytes more (a snapshot's reference to it); an array viewed
+        by a later value is live while that value is."""
+        n = self.n
+        last = self.held_until()
         ops = np.arange(n)
         alive = last > ops                       # live from cut k+1 through cut last[k]
         out = np.frombuffer(self.out_bytes, dtype=np.int64)[alive] + per_value
@@ -321,8 +325,8 @@ class Trace:
             sys.getsizeof(self.arity) + 160 * len(self.keeps)   # .kept's flags: ~150 B each
 
     def release_plan_columns(self) -> None:
-        """Drop what only the planner needed (per-op bytes and times)."""
-        self.out_bytes = self.seconds = None
+        """Drop what only the planner needed (per-op bytes, times and owners)."""
+        self.out_bytes = self.seconds = self.owner = None
         self.keeps = []
 
 
