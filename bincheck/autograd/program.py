@@ -349,8 +349,9 @@ class CheckpointedProgram(Configured):
                            plan.plain_steps * mean_plain + n * mean_taped, plan.plain_steps, n)
 
     def preview(self, *args: Any) -> "ProgramPlan":
-        """Record ``f(*args)`` once and return the plan a gradient would use: ``peak_bytes``
-        and ``seconds`` predicted, ``plain_ops`` and ``taped_ops`` of the replay."""
+        """Record ``f(*args)`` once and return the plan a gradient with respect to every
+        argument would use: ``peak_bytes`` and ``seconds`` predicted, ``plain_ops`` and
+        ``taped_ops`` of the replay."""
         leaves, tree_def = flatten(expand_boxes(args))
         call = ProgramCall(self, lambda ls: tuple(unflatten(tree_def, ls)))
         call.forward(tuple(leaves), learn=False)

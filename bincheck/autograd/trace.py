@@ -362,7 +362,10 @@ def record(f: Callable, leaves: list, rebuild: Callable[[list], tuple],
     if verify:
         tr.prints = {}
     with trace_stack.new_trace() as level:
-        boxes = [new_box(v, level, RecNode.new_root(tr, i)) if boxable(v) else v
+        # the arguments being differentiated (all, for a preview): the others are constants,
+        # as they are to autograd (``int()`` of one works)
+        boxes = [new_box(v, level, RecNode.new_root(tr, i))
+                 if boxable(v) and (wanted is None or i in wanted) else v
                  for i, v in enumerate(leaves)]
         tr._t = time.perf_counter()
         result = f(*rebuild(boxes))
