@@ -138,11 +138,10 @@ def tape_bytes(tr: Any, out_bytes: np.ndarray, overhead: int) -> tuple[np.ndarra
         for p, keep in zip(ps, args):
             if keep:
                 kept[p] = True
-    owner = tr.owner
-    if owner is not None:               # a view kept keeps the array it views
-        for k, o in enumerate(owner):
-            if o >= 0 and kept[n_in + k]:
-                kept[o] = True
+    if tr.owner is not None:            # a view kept keeps the array it views
+        owner = np.frombuffer(tr.owner, dtype=np.int32)
+        views = np.flatnonzero(owner >= 0)
+        kept[owner[views[kept[n_in + views]]]] = True
     mine = kept[n_in:]
     tape = np.where(mine, out_bytes, 0) + extra + overhead
     # the values no VJP keeps, live at each cut (cut_bytes's sweep over them alone)

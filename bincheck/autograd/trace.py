@@ -145,7 +145,7 @@ class Trace:
         self.out_bytes = array("q")            # per op: its result's bytes (for the plan)
         self.seconds = array("d")              # per op: time since the previous op recorded
         # per op, where its result is a view (or holds views) of an earlier result's array: that
-        # result's value id (its storage lives while the view does: ``held_until``, and a tape
+        # result's value id (its storage lives while the view does: kept.held_until, and a tape
         # keeping the view keeps it), INPUT_VIEW of an input's, else -1 (for the plan)
         self.owner = array("i")
         self.last = array("i")
@@ -292,16 +292,12 @@ class Trace:
                 total += int(base.nbytes)
         return total
 
-    def held_until(self) -> np.ndarray:
-        """Per op's value: the last op its array is held for (:func:`.kept.held_until`)."""
-        return held_until(self)
-
     def cut_bytes(self, per_value: int = 0) -> np.ndarray:
         """Bytes live at each cut ``0..n`` (inputs excluded; see the module docstring), each
         value counted ``per_value`` bytes more (a snapshot's reference to it); an array viewed
         by a later value is live while that value is."""
         n = self.n
-        last = self.held_until()
+        last = held_until(self)
         ops = np.arange(n)
         alive = last > ops                       # live from cut k+1 through cut last[k]
         out = np.frombuffer(self.out_bytes, dtype=np.int64)[alive] + per_value
