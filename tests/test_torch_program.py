@@ -593,3 +593,33 @@ def test_a_long_rnn_loop_holds_its_budget_with_revolve_over_groups_fitted():
     # one counted the whole of xs, 2 MB)
     assert net.stats.snapshot_bytes <= net.stats.snapshots * (h0.nbytes + 512), net.stats
     assert net.stats.peak_bytes <= budget, net.stats
+
+
+def test_a_replay_keeps_no_value_every_node_saving_it_already_took(monkeypatch):
+    """A pooling node takes the in-place ReLU's output from the replay of the segment after it
+    (which keeps what its first op's predecessor saved), and the ReLU's node takes it there too;
+    the replay of the ReLU's own segment then must not keep it again: nothing would take it, and
+    it stayed through the BatchNorm's backward (2 MiB at ResNet-18's stem)."""
+    import bincheck.torch.program as program
+    torch.set_default_dtype(torch.float64)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+                          nn.MaxPool2d(2), nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8),
+                          nn.ReLU(inplace=True), nn.MaxPool2d(2))
+    x = torch.randn(2, 3, 16, 16, requires_grad=True)
+    ref = copy.deepcopy(model)
+    gx, *gp = torch.autograd.grad(ref(x).square().sum(), [x, *ref.parameters()])
+    unowed = []
+    fetch = program.ProgramCall.fetch
+
+    def watched(call, v):
+        t = fetch(call, v)
+        unowed.extend(u for u in call.replay.materialized if call.uses[u] <= 0)
+        return t
+    monkeypatch.setattr(program.ProgramCall, "fetch", watched)
+    net = bt.checkpoint_module(model, num_ckpts=1)
+    hx, *hp = torch.autograd.grad(net(x).square().sum(), [x, *model.parameters()])
+    assert net.stats.plain_ops > net.stats.ops           # segments were replayed
+    assert unowed == []
+    for a, b in zip([hx, *hp], [gx, *gp]):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)

@@ -153,6 +153,7 @@ class ProgramCall:
         self.stats.stages = plan.stages
         self.uses = self.trace.saver_counts()
         self.replay = Replay(self.trace, plan.bounds, self.stats)
+        self.replay.uses = self.uses
         self.store = MemoryStore(size=self.replay.env_bytes)
         self.executor = Executor(plan.stages, {}, self.store)
         self.actions = iter(plan.actions)
@@ -224,7 +225,7 @@ class ProgramCall:
         return t
 
     def _restart(self) -> None:
-        self.uses = self.trace.saver_counts()
+        self.uses = self.replay.uses = self.trace.saver_counts()
         self.store = MemoryStore(size=self.replay.env_bytes)
         self.executor = Executor(self.plan.stages, {}, self.store)
         self.actions = iter(self.plan.actions)

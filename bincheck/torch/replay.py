@@ -33,6 +33,9 @@ class Replay:
     def __init__(self, trace: Trace, bounds: list[int], stats: ProgramStats) -> None:
         self.tr, self.bounds, self.stats = trace, bounds, stats
         self.materialized: dict[int, torch.Tensor] = {}
+        # per value: how many nodes saving it have not yet taken it (set by the program; a
+        # replay keeps no value every saver already has)
+        self.uses: array | None = None
         n = trace.n
         # the values to drop after each op (those it reads or makes for the last time), by op
         last = trace.last
@@ -121,10 +124,13 @@ class Replay:
         t0 = time.perf_counter()
         a, b = self.bounds[start], self.bounds[stop]
         self.materialized = {}                  # the previous segment's values: consumed
-        savers = self.tr.savers
+        savers, uses = self.tr.savers, self.uses
 
         def keep(v: int) -> bool:
-            return any(a - 1 <= k < b for k in savers(v))
+            # a value every saver already took stays unkept: the ReLU output a pooling node
+            # and the in-place ReLU both took from the replay of the segment after it was held
+            # again, 2 MiB, through ResNet's stem BatchNorm's backward
+            return (uses is None or uses[v] > 0) and any(a - 1 <= k < b for k in savers(v))
         self.materialized = self._replay(dict(env), a, b, keep)
         self.stats.taped_ops += b - a
         self.stats.tape_seconds += time.perf_counter() - t0
