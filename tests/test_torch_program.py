@@ -465,7 +465,8 @@ def test_the_minimum_named_is_accepted_and_held_on_a_long_chain():
     model.zero_grad(set_to_none=True)
     _, peak = allocation_peak(lambda: net(x).sum().backward())
     assert peak <= least
-    assert net.stats.plain_ops > 2 * net.stats.ops, net.stats   # few snapshots: recomputed
+    # few snapshots: recomputed (each Linear and Tanh is one stage: 36 stages for 108 ops)
+    assert net.stats.plain_ops > 1.5 * net.stats.ops, net.stats
 
 
 def test_a_wide_head_gets_a_least_budget_below_store_all_held_and_predicted():
@@ -623,3 +624,86 @@ def test_a_replay_keeps_no_value_every_node_saving_it_already_took(monkeypatch):
     assert unowed == []
     for a, b in zip([hx, *hp], [gx, *gp]):
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def _least(model, x) -> int:
+    """The least ``memory=`` bincheck accepts for ``model(x)``, from its error."""
+    with pytest.raises(ValueError, match=r"pass memory=(\d+)") as err:
+        bt.checkpoint_module(model, memory=10_000)(x)
+    return int(__import__("re").search(r"pass memory=(\d+)", str(err.value)).group(1))
+
+
+def _held_at(model, x, memory, loss=lambda y: y.square().sum()) -> tuple[int, int]:
+    """(metered peak, predicted peak) of a reused plan's gradient of ``loss(model(x))`` under
+    ``memory``."""
+    net = bt.checkpoint_module(model, memory=memory)
+    loss(net(x)).backward()
+    model.zero_grad(set_to_none=True)
+    _, peak = allocation_peak(lambda: loss(net(x)).backward())
+    return peak, net.last_plan.peak_bytes + net.stats.trace_bytes
+
+
+class _Head(nn.Module):
+    """A body and a wide head ``h @ w.t()``: on a 3-D input, aten runs the head as a view, an
+    ``mm`` and a view of its result (a GPT's logits)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(*[m for _ in range(6) for m in (nn.Linear(64, 64), nn.Tanh())])
+        self.w = nn.Parameter(torch.randn(2048, 64) * 0.02)
+
+    def forward(self, x):
+        return self.body(x) @ self.w.t()
+
+
+def test_a_wide_heads_result_viewed_after_its_matmul_costs_no_more_than_unviewed():
+    """The logits' ``mm`` saves only inputs made before it, and the view after it nothing: a
+    stage cut between them held the logits as a snapshot, and the least budget of the 3-D
+    input was 1.32x the same network's on the 2-D input. Now the two are equal, and held."""
+    torch.set_default_dtype(torch.float32)
+    torch.manual_seed(0)
+    model = _Head()
+    x = torch.randn(8, 128, 64)
+    least3, least2 = _least(model, x), _least(model, x.reshape(-1, 64))
+    assert least3 <= 1.02 * least2, (least3, least2)
+    target = torch.randint(0, 2048, (8 * 128,))
+    peak, predicted = _held_at(model, x, least3, lambda y: nn.functional.cross_entropy(
+        y.flatten(0, 1), target))
+    assert peak <= least3, (peak, least3)
+    assert 0.9 <= peak / predicted <= 1.1, (peak, predicted)
+
+
+def _stem(inplace: bool) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 32, 7, 2, 3, bias=False), nn.BatchNorm2d(32),
+                         nn.ReLU(inplace=inplace), nn.MaxPool2d(3, 2, 1),
+                         nn.Conv2d(32, 32, 3, 1, 1, bias=False), nn.BatchNorm2d(32),
+                         nn.ReLU(inplace=inplace), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                         nn.Linear(32, 10))
+
+
+def test_an_in_place_relus_output_is_not_held_through_the_batchnorm_before_it():
+    """BatchNorm's output, saved only by the in-place ReLU after it, is freed once the ReLU's
+    backward ran, before BatchNorm's: the least budget of a ResNet stem with ``ReLU(inplace=
+    True)`` was 1.25x the same stem's with ``inplace=False``; now they are equal, and held."""
+    torch.set_default_dtype(torch.float32)
+    x = torch.randn(8, 3, 64, 64)
+    inplace, not_inplace = _least(_stem(True), x), _least(_stem(False), x)
+    assert inplace <= 1.02 * not_inplace, (inplace, not_inplace)
+    peak, predicted = _held_at(_stem(True), x, inplace)
+    assert peak <= inplace, (peak, inplace)
+    assert 0.85 <= peak / predicted <= 1.1, (peak, predicted)
+
+
+def test_a_convolutions_backward_scratch_the_size_of_its_weight_is_counted():
+    """A convolution of 256 channels on a small image: its backward's temporaries are priced by
+    its weight (mkldnn reorders the weight's gradient: a second copy; the slow path's columns
+    are smaller). Priced by its input alone, the least budget was exceeded (1.06x)."""
+    torch.set_default_dtype(torch.float32)
+    torch.manual_seed(0)
+    model = nn.Sequential(*[m for _ in range(4) for m in (nn.Conv2d(256, 256, 3, padding=1),
+                                                          nn.Tanh())])
+    x = torch.randn(1, 256, 8, 8)
+    least = _least(model, x)
+    peak, predicted = _held_at(model, x, least)
+    assert peak <= least, (peak, least)

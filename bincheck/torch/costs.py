@@ -106,15 +106,71 @@ def tape_made(tr: Trace) -> np.ndarray:
     return made
 
 
+def merged(tr: Trace, bounds: list[int]) -> list[int]:
+    """``bounds`` less the cuts a plan never needs under a budget: cut ``c`` where the stage
+    before it (from the last cut kept, ``p``) tapes nothing and ``c`` holds at least ``p``'s
+    bytes. Taping from ``p`` instead holds no more (its cut is no larger, the stage adds no tape)
+    and replays that stage once where a plan through ``c`` advances it and tapes it again: a
+    GPT's logits, made by its last ``mm`` (whose saved inputs were made before it) and
+    reshaped, were a stage of their own whose input cut, 8 MiB, set its least budget."""
+    live = cut_bytes(tr)
+    cum = np.concatenate([[0], np.cumsum(tape_made(tr))])
+    kept = [bounds[0]]
+    for c in bounds[1:-1]:
+        p = kept[-1]
+        if not (cum[c] == cum[p] and live[c] >= live[p]):
+            kept.append(c)
+    kept.append(bounds[-1])
+    return kept
+
+
+def freed_in_stage(tr: Trace, bounds: list[int]) -> np.ndarray:
+    """Per op ``j``: the bytes of its stage's tape (:func:`tape_made`) already freed when its
+    backward runs: storages made in ``j``'s stage whose savers all come after ``j`` (autograd
+    frees a saved tensor once the last node saving it, the earliest in the forward, has run;
+    BatchNorm's output saved only by the ``relu_`` after it is gone when BatchNorm's backward
+    runs). A Reverse's bound holds the whole stage's tape (:func:`~bincheck.schedule.chain.
+    reverse_bytes`); ``back`` takes this off it."""
+    n = tr.n
+    out = np.zeros(n + 1, dtype=np.int64)
+    starts = np.asarray(tr.saver_start)
+    if n == 0 or starts[-1] == 0:
+        return out[:n]
+    group = np.asarray(tr.group)
+    per = np.diff(starts)
+    first = np.full(len(tr.group_bytes), n, dtype=np.int64)      # per group: earliest saver
+    np.minimum.at(first, np.repeat(group, per), np.asarray(tr.saver_ks, dtype=np.int64))
+    ends = np.asarray(bounds[1:], dtype=np.int64)
+    made: dict[int, int] = {}
+    for v, g in enumerate(tr.group):             # a group's maker: its first value's op
+        if g not in made:
+            made[g] = tr.defined[v]
+    for g, m in made.items():
+        s1 = int(first[g])
+        if not tr.saved[g] or s1 >= n:
+            continue
+        k = int(np.searchsorted(ends, m, side="right"))         # the maker's stage
+        lo, hi = bounds[k], min(s1, int(ends[k]))   # its ops before the first saver
+        if lo < hi:
+            out[lo] += tr.group_bytes[g]
+            out[hi] -= tr.group_bytes[g]
+    return np.cumsum(out)[:n]
+
+
 def scratch(tr: Trace) -> np.ndarray:
     """Per op: the temporary its backward allocates beside the gradients it returns, where
     measured: BatchNorm's and convolution's on CPU hold one more of their widest recorded
-    input's size (under the profiler's meter: ResNet-18's stem, the U-Net)."""
+    input's size (under the profiler's meter: ResNet-18's stem, the U-Net), a weight's
+    included (the U-Net's 3x3 convolutions of 256 channels hold a second 2.25 MiB beside
+    their weight's gradient)."""
     out = np.zeros(tr.n, dtype=np.int64)
+    ext, ext_grad = tr.externals, tr.ext_grad
     for j in range(tr.n):
         name = tr.func(j)._opname
         if "batch_norm" in name or "convolution" in name:
-            out[j] = max((tr.grad_bytes[v] for v in tr.values(j) if v >= 0), default=0)
+            out[j] = max((tr.grad_bytes[v] if v >= 0 else
+                          ext[-1 - v].numel() * ext[-1 - v].element_size()
+                          if ext_grad[-1 - v] else 0 for v in tr.values(j)), default=0)
     return out
 
 
@@ -153,7 +209,8 @@ def chain_of(tr: Trace, bounds: list[int], work: int) -> Chain:
     tape = tape_made(tr)
     plain = live[:-1] + out                          # op j run plainly
     replayed = cut_bytes(tr, unsaved=True)[:-1] + out - tape   # saved results: the tape's
-    pulled = adj[1:] + np.asarray(tr.grad_in, dtype=np.int64) + scratch(tr) + accumulation(tr)
+    pulled = adj[1:] + np.asarray(tr.grad_in, dtype=np.int64) + scratch(tr) + \
+        accumulation(tr) - freed_in_stage(tr, bounds)
     spike = np.maximum(np.maximum.reduceat(plain, starts) - cuts[:-1] - cuts[1:], 0)
     back = np.maximum(np.maximum.reduceat(replayed, starts),
                       np.maximum.reduceat(pulled, starts) - adj[bounds[1:]])

@@ -39,7 +39,7 @@ from ..schedule.actions import Advance, Free, Reverse, Snapshot
 from ..schedule.binomial import Plan
 from ..schedule.chain import ChainPlan, chain_cost, minimum_memory
 from ..schedule.fitted import FittedRevolve
-from .costs import chain_of
+from .costs import chain_of, merged
 from .replay import Replay, replaying
 from .recorder import Plan0, record
 from .trace import Trace
@@ -310,6 +310,8 @@ class CheckpointedFunction(Configured):
 
     def _plan(self, tr: Trace) -> ProgramPlan:
         bounds = [int(c) for c in np.flatnonzero(tr.cuttable())]
+        if self.memory is not None:
+            bounds = merged(tr, bounds)
         chain = chain_of(tr, bounds, 0)
         # the gradients of what the function differentiates: in ``adj`` (exact bytes)
         grads = sum(t.numel() * t.element_size() for t, g in zip(tr.externals, tr.ext_grad)
