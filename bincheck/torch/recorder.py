@@ -35,10 +35,15 @@ class Plan0:
     same ops): the live sets it captures as snapshots, and from which op it keeps what autograd
     saves (the plan's first taped segment)."""
 
-    __slots__ = ("capture", "keep_from")
+    __slots__ = ("capture", "keep_from", "ops", "capture_bytes", "keep_bytes")
 
-    def __init__(self, capture: dict[int, tuple], keep_from: int | None) -> None:
+    def __init__(self, capture: dict[int, tuple], keep_from: int | None, ops: int = 0,
+                 capture_bytes: dict[int, int] | None = None, keep_bytes: int = 0) -> None:
         self.capture, self.keep_from = capture, keep_from
+        # what the expected trace holds there: its ops, each snapshot's bytes and the kept
+        # segment's (a forward that holds more records another trace: it stops capturing)
+        self.ops, self.keep_bytes = ops, keep_bytes
+        self.capture_bytes = capture_bytes or {}
 
 
 class _Recorder(TorchDispatchMode):
@@ -47,6 +52,9 @@ class _Recorder(TorchDispatchMode):
         self.tr, self.rng = trace, rng
         self.capture = plan0.capture if plan0 is not None else {}
         self.keep_from = plan0.keep_from if plan0 is not None else None
+        self.plan0 = plan0
+        self.kept_groups: set[int] = set()
+        self.kept_bytes = 0
         self.need: dict[int, int] = {}            # value -> last cut capturing it
         for c, vs in self.capture.items():
             for v in vs:
@@ -89,6 +97,17 @@ class _Recorder(TorchDispatchMode):
             self.ext_groups.add(g)
         return -1 - e
 
+    def diverged(self) -> None:
+        """This forward is not the expected plan's (it captured or kept more than that trace
+        did, or runs longer): capture and keep nothing more, and drop what it holds (the call
+        plans its own trace from the start). A forward that went on keeping would hold the
+        planned segment's tape for other ops (a loop 1.7x its budget, before the backward let
+        go of them)."""
+        self.capture, self.need, self.keep_from, self.plan0 = {}, {}, None, None
+        self.hold.clear()
+        self.captured.clear()
+        self.kept.clear()
+
     def _group(self, v: int) -> int:
         return self.tr.group[v] if v >= 0 else self.tr.ext_group[-1 - v]
 
@@ -120,9 +139,14 @@ class _Recorder(TorchDispatchMode):
         k = tr.n
         if k in self.capture:                     # a snapshot the expected plan keeps
             hold = self.hold
-            self.captured[k] = {v: hold[v] for v in self.capture[k] if v in hold}
+            self.captured[k] = got = {v: hold[v] for v in self.capture[k] if v in hold}
             for v in [v for v in hold if self.need[v] <= k]:
                 del hold[v]
+            if len(got) != len(self.capture[k]) or sum(tr.group_bytes[g] for g in {
+                    tr.group[v] for v in got}) > self.plan0.capture_bytes.get(k, 0):
+                self.diverged()
+        elif self.plan0 is not None and k >= self.plan0.ops:
+            self.diverged()
         flat, spec = flatten_args(args, kwargs)
         slots, consts = [], list(flat)
         ptrs: dict[int, int] = {}
@@ -242,6 +266,12 @@ class _Recorder(TorchDispatchMode):
         tr.saved[tr.group[v]] = 1               # a storage counts once, whichever version
         if self.keep_from is not None and k >= self.keep_from - 1:
             self.kept[v] = t
+            g = tr.group[v]
+            if g not in self.kept_groups:
+                self.kept_groups.add(g)
+                self.kept_bytes += tr.group_bytes[g]
+                if self.kept_bytes > self.plan0.keep_bytes:
+                    self.diverged()
         return Saved(v, None)
 
 
