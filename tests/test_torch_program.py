@@ -709,38 +709,6 @@ def test_a_convolutions_backward_scratch_the_size_of_its_weight_is_counted():
     assert peak <= least, (peak, least)
 
 
-def test_the_garbage_collector_is_off_while_a_forward_records_and_restored_after():
-    """A finalizer the collector runs calls its torch ops on the allocating thread; run inside
-    a recorded forward (in the C++ of an op, where the recorder's mode is active) they were
-    recorded as the function's: a GPT's forward now and then recorded an ``aten.detach`` after
-    its first op (during a full collection), so another trace and another plan, whose peak was
-    1.2x its budget. That cannot be provoked on demand; this checks the collector is off inside
-    the function, nested recordings included, and as it was after, on or off."""
-    seen = []
-
-    def inner(x):
-        seen.append(gc.isenabled())
-        return torch.tanh(x)
-
-    g = bt.checkpoint_function(inner, num_ckpts=2)
-
-    def outer(x):
-        seen.append(gc.isenabled())
-        return g(torch.sin(x))
-
-    f = bt.checkpoint_function(outer, num_ckpts=2)
-    x = torch.randn(3, dtype=torch.float64, requires_grad=True)
-    assert gc.isenabled()
-    f(x).sum().backward()
-    assert seen == [False, False] and gc.isenabled()
-    gc.disable()
-    try:
-        f(x)
-        assert not gc.isenabled()               # left off, as the caller had it
-    finally:
-        gc.enable()
-
-
 @pytest.mark.parametrize("change", ["an extra op", "a deeper loop"])
 def test_a_call_recording_another_trace_than_the_last_holds_its_budget(change):
     """The forward of a call captures snapshots and keeps a tape for the last call's plan; when

@@ -5,12 +5,9 @@ saves by a handle (see :mod:`.trace` for what is recorded and why).
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import threading
 import time
 import weakref
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -275,31 +272,6 @@ class _Recorder(TorchDispatchMode):
         return Saved(v, None)
 
 
-_collector = threading.Lock()
-_recording = [0, False]          # recordings under way in any thread; the collector was enabled
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """The garbage collector off while a recording runs (in any thread): a finalizer it runs
-    calls torch ops on this thread, inside the recorder's mode, and they would be recorded as
-    the function's (a GPT's forward now and then recorded an ``aten.detach`` right after its
-    first op, during a full collection: another trace, so another plan, and that call's peak
-    was 1.2x its budget). An explicit ``gc.collect()`` in the function still runs."""
-    with _collector:
-        if _recording[0] == 0:
-            _recording[1] = gc.isenabled()
-            gc.disable()
-        _recording[0] += 1
-    try:
-        yield
-    finally:
-        with _collector:
-            _recording[0] -= 1
-            if _recording[0] == 0 and _recording[1]:
-                gc.enable()
-
-
 def record(fn: Callable, args: tuple, kwargs: dict, rng: bool, unpack: Callable,
            plan0: Plan0 | None = None, verify: bool = False) -> tuple:
     """Run ``fn(*args, **kwargs)`` once, recording it: ``(trace, result, value ids of the
@@ -307,7 +279,7 @@ def record(fn: Callable, args: tuple, kwargs: dict, rng: bool, unpack: Callable,
     id < 0). Autograd's saved tensors become :class:`Saved` handles that ``unpack`` resolves."""
     tr = Trace()
     rec = _Recorder(tr, rng, plan0, verify)
-    with collector_paused(), torch.autograd.graph.saved_tensors_hooks(rec.pack, unpack), rec:
+    with torch.autograd.graph.saved_tensors_hooks(rec.pack, unpack), rec:
         out = fn(*args, **kwargs)
     from torch.utils._pytree import tree_flatten
     leaves = tree_flatten(out)[0]
