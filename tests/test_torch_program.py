@@ -741,3 +741,27 @@ def test_a_call_recording_another_trace_than_the_last_holds_its_budget(change):
     assert len(got) == len(want) == 32
     for a, b in zip(got, want):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_factory_ops_result_captured_for_a_snapshot_is_not_detached_for_the_caller():
+    """A forward expecting a plan holds the values its first snapshot captures from when they
+    are made. A strong reference taken while ``torch.arange`` returns made torch hand the
+    caller a detached alias, and the recorder recorded that ``detach`` as an op of the function:
+    another trace than the plan's (a GPT's repeated calls, whenever the plan captured right
+    after its positions' ``arange``, planned again and replayed from the start)."""
+    from bincheck.torch.recorder import Plan0, record
+
+    def fn(x):
+        pos = torch.arange(x.shape[0], dtype=x.dtype)
+        return torch.tanh(x * pos).sum()
+
+    x = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    plain = record(fn, (x,), {}, False, lambda s: s)[0]
+    names = [str(plain.func(k)) for k in range(plain.n)]
+    assert "aten.detach.default" not in names
+    # the expected plan captures the arange's result (value 0) at cut 1
+    expecting = Plan0({1: (0,)}, None, plain.n, {1: 10 ** 6}, 0)
+    tr, out, _, rec = record(fn, (x,), {}, False, lambda s: s, expecting)
+    assert [str(tr.func(k)) for k in range(tr.n)] == names
+    assert tr.signature == plain.signature
+    assert list(rec.captured[1]) == [0]

@@ -56,7 +56,10 @@ class _Recorder(TorchDispatchMode):
         for c, vs in self.capture.items():
             for v in vs:
                 self.need[v] = max(self.need.get(v, 0), c)
-        self.hold: dict[int, torch.Tensor] = {}
+        # the values a capture will take, by weak reference: a strong one taken while a
+        # factory op (``torch.arange``) returns makes torch hand the caller a detached alias, a
+        # ``detach`` recorded as one more op (another trace than the expected one)
+        self.hold: dict[int, weakref.ref] = {}
         self.captured: dict[int, dict] = {}
         self.kept: dict[int, torch.Tensor] = {}
         if verify:
@@ -136,7 +139,8 @@ class _Recorder(TorchDispatchMode):
         k = tr.n
         if k in self.capture:                     # a snapshot the expected plan keeps
             hold = self.hold
-            self.captured[k] = got = {v: hold[v] for v in self.capture[k] if v in hold}
+            got = {v: hold[v]() for v in self.capture[k] if v in hold}
+            self.captured[k] = got = {v: t for v, t in got.items() if t is not None}
             for v in [v for v in hold if self.need[v] <= k]:
                 del hold[v]
             if len(got) != len(self.capture[k]) or sum(tr.group_bytes[g] for g in {
@@ -241,7 +245,7 @@ class _Recorder(TorchDispatchMode):
             made += [flat[pos] for pos, _ in writes]
             for v, t in zip(outs + [w for _, w in writes], made):
                 if v in self.need:
-                    self.hold[v] = t
+                    self.hold[v] = weakref.ref(t)
                 if tr.prints is not None:
                     tr.prints[v] = fingerprint(t)
         # the ops, their shapes and their wiring: a call with the same signature records the
