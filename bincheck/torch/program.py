@@ -170,7 +170,9 @@ class ProgramCall:
         self.executor = Executor(plan.stages, {}, self.store)
         self.actions = iter(plan.actions)
         rec = self.rec
-        if expected and plan.keep_from is not None:
+        # a forward that diverged from the plan it expected (it dropped what it captured, and
+        # plan0) runs the plan from its start, even where its trace has that plan's key
+        if expected and plan.keep_from is not None and rec.plan0 is not None:
             rec.captured[0] = {}
             first = self.executor.run(self.actions, _Captured(rec.captured, plan.bounds),
                                       until=Reverse)
@@ -301,6 +303,9 @@ class CheckpointedFunction(Configured):
         if not any(isinstance(o, torch.Tensor) for o in tree_flatten(out)[0]):
             raise ValueError(f"bincheck.torch: the checkpointed function must return a tensor "
                              f"or a structure holding tensors; it returned {type(out).__name__}")
+        if tr.n == 0:                   # no op: nothing to checkpoint (its output is an input)
+            call.rec = None
+            return out
         t0 = time.perf_counter()
         plan = self.plan_for(tr)
         call.stats.plan_seconds = time.perf_counter() - t0

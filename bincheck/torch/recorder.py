@@ -34,13 +34,13 @@ class Plan0:
 
     __slots__ = ("capture", "keep_from", "ops", "capture_bytes", "keep_bytes")
 
-    def __init__(self, capture: dict[int, tuple], keep_from: int | None, ops: int = 0,
-                 capture_bytes: dict[int, int] | None = None, keep_bytes: int = 0) -> None:
+    def __init__(self, capture: dict[int, tuple], keep_from: int | None, ops: int,
+                 capture_bytes: dict[int, int], keep_bytes: int) -> None:
         self.capture, self.keep_from = capture, keep_from
         # what the expected trace holds there: its ops, each snapshot's bytes and the kept
         # segment's (a forward that holds more records another trace: it stops capturing)
         self.ops, self.keep_bytes = ops, keep_bytes
-        self.capture_bytes = capture_bytes or {}
+        self.capture_bytes = capture_bytes
 
 
 class _Recorder(TorchDispatchMode):
@@ -250,8 +250,9 @@ class _Recorder(TorchDispatchMode):
                     tr.prints[v] = fingerprint(t)
         # the ops, their shapes and their wiring: a call with the same signature records the
         # same values, live sets and writes, so the last call's plan is this one's
+        # (dtypes and devices too: a float64 call's values are twice a float32 call's bytes)
         tr.signature = hash((tr.signature, func, tuple(slots), tuple(
-            tuple(flat[p].shape) for p, _ in slots)))
+            (tuple(flat[p].shape), flat[p].dtype, flat[p].device) for p, _ in slots)))
         return out
 
     def pack(self, t: torch.Tensor) -> Saved:
