@@ -627,9 +627,11 @@ def test_a_replay_keeps_no_value_every_node_saving_it_already_took(monkeypatch):
 
 
 def _least(model, x) -> int:
-    """The least ``memory=`` bincheck accepts for ``model(x)``, from its error."""
+    """The least ``memory=`` bincheck accepts for ``model(x)`` (a module or a function), from
+    its error."""
+    wrap = bt.checkpoint_module if isinstance(model, nn.Module) else bt.checkpoint_function
     with pytest.raises(ValueError, match=r"pass memory=(\d+)") as err:
-        bt.checkpoint_module(model, memory=10_000)(x)
+        wrap(model, memory=10_000)(x)
     return int(__import__("re").search(r"pass memory=(\d+)", str(err.value)).group(1))
 
 
@@ -800,17 +802,12 @@ def test_a_call_at_another_dtype_plans_its_own_trace():
 
     x32 = torch.randn(20000, dtype=torch.float32, requires_grad=True)
     x64 = x32.detach().double().requires_grad_()
-    with pytest.raises(ValueError, match=r"pass memory=(\d+)") as err:
-        bt.checkpoint_function(fn, memory=10_000)(x32)
-    least32 = int(__import__("re").search(r"pass memory=(\d+)", str(err.value)).group(1))
-    f = bt.checkpoint_function(fn, memory=least32)
+    f = bt.checkpoint_function(fn, memory=_least(fn, x32))
     for _ in range(2):
         f(x32).sum().backward()
     with pytest.raises(ValueError, match=r"pass memory=(\d+)"):
         f(x64)                                # twice the bytes: below its least, refused
-    with pytest.raises(ValueError, match=r"pass memory=(\d+)") as err:
-        bt.checkpoint_function(fn, memory=10_000)(x64)
-    least = int(__import__("re").search(r"pass memory=(\d+)", str(err.value)).group(1))
+    least = _least(fn, x64)
     f = bt.checkpoint_function(fn, memory=least)
     for _ in range(2):
         f(x32).sum().backward()
