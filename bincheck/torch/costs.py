@@ -136,24 +136,20 @@ def freed_in_stage(tr: Trace, bounds: list[int]) -> np.ndarray:
     starts = np.asarray(tr.saver_start)
     if n == 0 or starts[-1] == 0:
         return out[:n]
-    group = np.asarray(tr.group)
-    per = np.diff(starts)
-    first = np.full(len(tr.group_bytes), n, dtype=np.int64)      # per group: earliest saver
-    np.minimum.at(first, np.repeat(group, per), np.asarray(tr.saver_ks, dtype=np.int64))
-    ends = np.asarray(bounds[1:], dtype=np.int64)
-    made: dict[int, int] = {}
-    for v, g in enumerate(tr.group):             # a group's maker: its first value's op
-        if g not in made:
-            made[g] = tr.defined[v]
-    for g, m in made.items():
-        s1 = int(first[g])
-        if not tr.saved[g] or s1 >= n:
-            continue
-        k = int(np.searchsorted(ends, m, side="right"))         # the maker's stage
-        lo, hi = bounds[k], min(s1, int(ends[k]))   # its ops before the first saver
-        if lo < hi:
-            out[lo] += tr.group_bytes[g]
-            out[hi] -= tr.group_bytes[g]
+    group = np.asarray(tr.group, dtype=np.int64)
+    groups = len(tr.group_bytes)
+    first = np.full(groups, n, dtype=np.int64)              # per group: its earliest saver
+    np.minimum.at(first, np.repeat(group, np.diff(starts)), np.asarray(tr.saver_ks))
+    made = np.full(groups, n, dtype=np.int64)               # and the op that made it
+    np.minimum.at(made, group, np.asarray(tr.defined))
+    saved = np.frombuffer(bytes(tr.saved), dtype=np.uint8).astype(bool) & (first < n)
+    b = np.asarray(bounds, dtype=np.int64)
+    stage = np.searchsorted(b[1:], made[saved], side="right")      # the maker's stage
+    lo, hi = b[stage], np.minimum(first[saved], b[stage + 1])    # its ops before the saver
+    nb = np.asarray(tr.group_bytes, dtype=np.int64)[saved]
+    ok = lo < hi
+    np.add.at(out, lo[ok], nb[ok])
+    np.add.at(out, hi[ok], -nb[ok])
     return np.cumsum(out)[:n]
 
 

@@ -96,13 +96,12 @@ class ProgramPlan:
                 self.keep_from = c
                 break
         capture.pop(0, None)
-        group, nbytes = trace.group, trace.group_bytes
-        sizes = {c: sum(nbytes[g] for g in {group[v] for v in vs}) for c, vs in capture.items()}
+        sizes = {c: trace.storage_bytes(vs) for c, vs in capture.items()}
         kept = 0
         if self.keep_from is not None:          # what the recorder's pack keeps from there on
             starts, ks = trace.saver_start, trace.saver_ks
-            kept = sum(nbytes[g] for g in {group[v] for v in range(len(group)) if any(
-                k >= self.keep_from - 1 for k in ks[starts[v]:starts[v + 1]])})
+            kept = trace.storage_bytes(v for v in range(len(trace.group)) if any(
+                k >= self.keep_from - 1 for k in ks[starts[v]:starts[v + 1]]))
         self.plan0 = Plan0(capture, self.keep_from, trace.n, sizes, kept)
 
     def __repr__(self) -> str:

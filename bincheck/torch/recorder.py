@@ -143,8 +143,8 @@ class _Recorder(TorchDispatchMode):
             self.captured[k] = got = {v: t for v, t in got.items() if t is not None}
             for v in [v for v in hold if self.need[v] <= k]:
                 del hold[v]
-            if len(got) != len(self.capture[k]) or sum(tr.group_bytes[g] for g in {
-                    tr.group[v] for v in got}) > self.plan0.capture_bytes.get(k, 0):
+            if len(got) != len(self.capture[k]) or \
+                    tr.storage_bytes(got) > self.plan0.capture_bytes.get(k, 0):
                 self.diverged()
         elif self.plan0 is not None and k >= self.plan0.ops:
             self.diverged()

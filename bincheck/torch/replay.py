@@ -53,10 +53,8 @@ class Replay:
                 fill[u] += 1
 
     def env_bytes(self, env: dict) -> int:
-        """A snapshot's bytes as the model counts them: each storage group of its values once,
-        a view of an external (``xs[t]``) none (it is the caller's, held anyway)."""
-        group, group_bytes = self.tr.group, self.tr.group_bytes
-        return sum(group_bytes[g] for g in {group[v] for v in env})
+        """A snapshot's bytes as the model counts them (:meth:`~.trace.Trace.storage_bytes`)."""
+        return self.tr.storage_bytes(env)
 
     def run(self, k: int, get: Callable[[int], torch.Tensor]) -> list:
         tr = self.tr

@@ -193,6 +193,13 @@ class Trace:
     def savers(self, v: int) -> Any:
         return self.saver_ks[self.saver_start[v]:self.saver_start[v + 1]]
 
+    def storage_bytes(self, values: Any) -> int:
+        """The bytes of the storages of ``values`` (value ids), each storage once: what a
+        snapshot of them holds as the model counts it (a view of an external, such as
+        ``xs[t]``, none: it is the caller's, held anyway)."""
+        group, group_bytes = self.group, self.group_bytes
+        return sum(group_bytes[g] for g in {group[v] for v in values})
+
     def saver_counts(self) -> array:
         """How many nodes saved each value (an array indexed by value)."""
         s = self.saver_start
