@@ -35,21 +35,28 @@ def inputs():
     return W, U, torch.randn(B, H), torch.randn(T, B, H)
 
 
-def _recorded(steps):
-    """The trace of ``rnn`` over ``steps`` steps, and the bytes tracemalloc sees it hold."""
+def _recorded(steps, tries=3):
+    """The trace of ``rnn`` over ``steps`` steps, and the bytes tracemalloc sees it hold: the
+    least of ``tries`` recordings (blocks CPython's free lists keep from the recording count
+    too, and only ever add: 1.02-1.15x the trace's growth in 12 tries on the same code)."""
     W, U, h, xs = inputs()
     args = (W, U, h, xs[:steps])
     record(rnn, args, {}, True, lambda s: None)          # warm: first-call caches
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        tr, out, _, rec = record(rnn, args, {}, True, lambda s: None)
-        del out, rec
+    found = []
+    for _ in range(tries):
         gc.collect()
-        return tr, tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            tr, out, _, rec = record(rnn, args, {}, True, lambda s: None)
+            del out, rec
+            gc.collect()
+            found.append((tracemalloc.get_traced_memory()[0] - before, tr))
+        finally:
+            tracemalloc.stop()
+        del tr
+    held, tr = min(found, key=lambda f: f[0])
+    return tr, held
 
 
 def test_a_python_loop_s_trace_is_compact_and_counted_as_measured():
@@ -57,8 +64,8 @@ def test_a_python_loop_s_trace_is_compact_and_counted_as_measured():
     benchmark (c)); templates shared across steps and integers in the trace's arrays: under 100,
     and what ``nbytes`` (what the budget counts) adds per op within 10 % of what tracemalloc
     sees added (a constant of about 40 kB besides, torch's own, does not grow with the ops), 15 %
-    above: in a full test run tracemalloc once saw 1.107 of it (the tuples CPython's free lists
-    keep after earlier tests count too), 1.00-1.05 alone."""
+    above: tracemalloc saw 1.02-1.15 of it in 12 single recordings (the tuples CPython's free
+    lists keep count too), so each size takes the least of three."""
     (short, held_short), (long, held_long) = _recorded(T // 2), _recorded(T)
     assert long.n > 6 * T
     assert long.nbytes / long.n <= 100, long.nbytes / long.n
