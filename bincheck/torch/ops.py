@@ -46,10 +46,11 @@ def flatten_args(args: tuple, kwargs: dict) -> tuple[list, tuple]:
     deeper. (torch's pytree does this generally, at several times the cost per op.)"""
     flat: list = []
     spec: list = []
-    keys = tuple(kwargs)
-    for a in (*args, *(kwargs[k] for k in keys)):
-        if type(a) is list or type(a) is tuple:
-            spec.append((type(a), len(a)))
+    keys = tuple(kwargs) if kwargs else ()
+    for a in (args + tuple(kwargs.values())) if kwargs else args:
+        t = type(a)
+        if t is list or t is tuple:
+            spec.append((t, len(a)))
             flat.extend(a)
         else:
             spec.append(None)
@@ -87,20 +88,34 @@ def tensors_of(out: Any) -> list[torch.Tensor]:
     return []
 
 
+_FACTS: dict[int, tuple] = {}
+
+
+def op_facts(func) -> tuple:
+    """What the recorder asks of an aten op on every call, worked out once per op: ``(func,
+    does it draw random numbers, the schema indices of the arguments it writes into, is it a
+    BatchNorm, its arguments' names)``. By ``id``: an ``OpOverload`` lives as long as torch."""
+    facts = _FACTS.get(id(func))
+    if facts is None or facts[0] is not func:
+        schema = func._schema
+        written = tuple(i for i, a in enumerate(schema.arguments)
+                        if a.alias_info is not None and a.alias_info.is_write) \
+            if schema.is_mutable else ()
+        facts = _FACTS[id(func)] = (func, torch.Tag.nondeterministic_seeded in func.tags,
+                                    written, func._opname in _BATCH_NORMS,
+                                    [a.name for a in schema.arguments])
+    return facts
+
+
 def written_positions(func, flat: list, spec: tuple) -> list[int]:
     """Positions in the flattened arguments (:func:`flatten_args`) of the tensors ``func``
     writes into: those its schema marks as written, or BatchNorm's running statistics."""
-    schema = func._schema
-    written: list[int] = []
-    if schema.is_mutable:
-        written = [i for i, a in enumerate(schema.arguments)
-                   if a.alias_info is not None and a.alias_info.is_write]
-    elif func._opname in _BATCH_NORMS and spec[0] > 5 and flat[5]:
-        written = [3, 4]                        # running_mean, running_var, when training
+    _, _, written, batch_norm, names = op_facts(func)
     if not written:
-        return []
+        if not (batch_norm and spec[0] > 5 and flat[5]):
+            return []
+        written = (3, 4)                        # running_mean, running_var, when training
     n_args, keys, specs = spec
-    names = [a.name for a in schema.arguments]
     # the schema index of each flattened argument (positional first, then by keyword)
     which = list(range(n_args)) + [names.index(k) if k in names else -1 for k in keys]
     positions, pos = [], 0

@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .ops import (fingerprint, flatten_args, no_dispatch, rng_state, tensors_of,
+from .ops import (fingerprint, flatten_args, no_dispatch, op_facts, rng_state, tensors_of,
                   written_positions)
 from .trace import Trace, storage_of
 
@@ -68,6 +68,7 @@ class _Recorder(TorchDispatchMode):
         self.refs: dict[int, weakref.ref] = {}
         self.ext: dict[int, int] = {}
         self.ptr_group: dict[int, int] = {}       # data_ptr -> group, for externals only
+        self.gptr: list[int] = []                 # per group: its storage's data_ptr then
         self.ext_groups: set[int] = set()
         self.ext_versions: set[int] = set()      # values that are an external, written
 
@@ -91,10 +92,12 @@ class _Recorder(TorchDispatchMode):
                 g = len(tr.group_bytes)
                 tr.push("group_bytes", 0)        # externals are the user's: no bytes here
                 tr.saved.append(0)
+                self.gptr.append(ptr)
                 if ptr:
                     self.ptr_group[ptr] = g
             tr.ext_group.append(g)
             self.ext_groups.add(g)
+            tr.signature = hash((tr.signature, e, t.shape, t.dtype, t.get_device()))
         return -1 - e
 
     def diverged(self) -> None:
@@ -126,17 +129,22 @@ class _Recorder(TorchDispatchMode):
         i = id(t)
         self.ids[i] = v
         if i not in self.refs:
-            ids, refs = self.ids, self.refs
+            self.refs[i] = weakref.ref(t, self._forget(i))
 
-            def forget(_: weakref.ref, i: int = i) -> None:
-                ids.pop(i, None)
-                refs.pop(i, None)
-            self.refs[i] = weakref.ref(t, forget)
+    def _forget(self, i: int) -> Callable:
+        """The callback dropping id ``i`` once its tensor dies (it holds the dicts, not the
+        recorder: no reference cycle)."""
+        ids, refs = self.ids, self.refs
+
+        def forget(_: weakref.ref) -> None:
+            ids.pop(i, None)
+            refs.pop(i, None)
+        return forget
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         tr = self.tr
-        k = tr.n
+        k = len(tr.tmpl)
         if k in self.capture:                     # a snapshot the expected plan keeps
             hold = self.hold
             got = {v: hold[v]() for v in self.capture[k] if v in hold}
@@ -148,70 +156,93 @@ class _Recorder(TorchDispatchMode):
                 self.diverged()
         elif self.plan0 is not None and k >= self.plan0.ops:
             self.diverged()
+        facts = op_facts(func)
         flat, spec = flatten_args(args, kwargs)
-        slots, consts = [], list(flat)
-        ptrs: dict[int, int] = {}
+        consts = list(flat)
+        positions: list[int] = []
+        vals: list[int] = []
+        ids, last, group, gptr = self.ids, tr.last, tr.group, self.gptr
         grad_in = 0
         for pos, a in enumerate(flat):
             if isinstance(a, torch.Tensor):
-                v = self.value_of(a)
-                slots.append((pos, v))
-                consts[pos] = None
-                if v >= 0:
-                    tr.last[v] = k
-                else:
+                v = ids.get(id(a))
+                if v is None:
+                    v = self.value_of(a)
                     tr.ext_last[-1 - v] = k
+                else:
+                    last[v] = k
+                positions.append(pos)
+                vals.append(v)
+                consts[pos] = None
                 if a.requires_grad:
                     nb = a.numel() * a.element_size()
                     grad_in += nb
                     if v >= 0:
                         tr.put("grad_bytes", v, nb)
-                ptr = a.untyped_storage().data_ptr()
-                if ptr:
-                    ptrs.setdefault(ptr, self._group(v))
-        written = written_positions(func, flat, spec)
-        by_pos = dict(slots)
+        written = written_positions(func, flat, spec) if facts[2] or facts[3] else ()
         copies = []
-        for pos in written:
-            v = by_pos[pos]
-            if v < 0:
-                e = -1 - v
-                t = tr.externals[e]
-                if self.ids.get(id(t)) is None and id(t) in self.ext:
-                    # its first write: the trace keeps its value from before, for replays
-                    with no_dispatch():
-                        tr.externals[e] = t.detach().clone()
-                    tr.ext_written[e] = True
-                    tr.written.append((t, tr.externals[e]))
-                    tr.copied_bytes += t.untyped_storage().nbytes()
-                copies.append(pos)
-            elif tr.group[v] in self.ext_groups and v not in self.ext_versions:
-                raise NotImplementedError(
-                    f"bincheck.torch: {func} writes in place into a view of a tensor the "
-                    f"checkpointed function did not create (a parameter, buffer or argument); "
-                    f"write into the tensor itself, or out of place")
+        if written:
+            by_pos = dict(zip(positions, vals))
+            for pos in written:
+                v = by_pos[pos]
+                if v < 0:
+                    e = -1 - v
+                    t = tr.externals[e]
+                    if ids.get(id(t)) is None and id(t) in self.ext:
+                        # its first write: the trace keeps its value from before, for replays
+                        with no_dispatch():
+                            tr.externals[e] = t.detach().clone()
+                        tr.ext_written[e] = True
+                        tr.written.append((t, tr.externals[e]))
+                        tr.copied_bytes += t.untyped_storage().nbytes()
+                    copies.append(pos)
+                elif group[v] in self.ext_groups and v not in self.ext_versions:
+                    raise NotImplementedError(
+                        f"bincheck.torch: {func} writes in place into a view of a tensor the "
+                        f"checkpointed function did not create (a parameter, buffer or "
+                        f"argument); write into the tensor itself, or out of place")
         state = None
-        if self.rng and torch.Tag.nondeterministic_seeded in func.tags:
+        if self.rng and facts[1]:
             device = next((a.device for a in flat if isinstance(a, torch.Tensor)),
                           kwargs.get("device") or torch.device("cpu"))
             state = rng_state(torch.device(device))
             tr.rng_bytes += state[2].numel()
         t0 = time.perf_counter()
-        out = func(*args, **kwargs)
+        out = func._op(*args, **kwargs)
         tr.seconds.append(time.perf_counter() - t0)
-        tr.first.append(len(tr.defined))
+        defined, grad_bytes, refs = tr.defined, tr.grad_bytes, self.refs
+        tr.first.append(len(defined))
         outs, out_bytes = [], 0
         float_out = False
-        for o in tensors_of(out):
-            ptr, nb = storage_of(o)
-            g = ptrs.get(ptr) if ptr else None
+        made = tensors_of(out)
+        for o in made:
+            st = o.untyped_storage()
+            ptr = st.data_ptr()
+            g = None
+            if ptr:                         # a result sharing an argument's storage: its group
+                for v in vals:
+                    gv = group[v] if v >= 0 else tr.ext_group[-1 - v]
+                    if gptr[gv] == ptr:
+                        g = gv
+                        break
             if g is None:
+                nb = st.nbytes()
                 g = len(tr.group_bytes)
                 tr.push("group_bytes", nb)
                 tr.saved.append(0)
+                gptr.append(ptr)
                 out_bytes += nb
             float_out = float_out or o.is_floating_point() or o.is_complex()
-            outs.append(self.new_value(o, k, g))
+            v = len(defined)                # a new value (:meth:`new_value`, inlined)
+            defined.append(k)
+            last.append(k)
+            grad_bytes.append(0)
+            group.append(g)
+            outs.append(v)
+            i = id(o)
+            ids[i] = v
+            if i not in refs:
+                refs[i] = weakref.ref(o, self._forget(i))
         # a backward makes its inputs' gradients, unless it has none (no result to
         # differentiate, grad mode off) or only views them (results aliasing an input)
         if not float_out or not torch.is_grad_enabled() or \
@@ -221,38 +252,40 @@ class _Recorder(TorchDispatchMode):
         writes = []
         for pos in written:
             t = flat[pos]
-            v = self.ids.get(id(t))
+            v = ids.get(id(t))
             if v is None or tr.defined[v] != k:       # not returned: a new value of its own
                 g = self._group(by_pos[pos])
                 v = self.new_value(t, k, g)
             writes.append((pos, v))
-            tr.last_write[tr.group[v]] = k
-            if tr.group[v] in self.ext_groups:
+            tr.last_write[group[v]] = k
+            if group[v] in self.ext_groups:
                 self.ext_versions.add(v)
-        index, words = tr.template(func, spec, consts, tuple(p for p, _ in slots))
+        positions = tuple(positions)
+        index, words = tr.template(func, spec, consts, positions)
         tr.tmpl.append(index)
         tr.start.append(len(tr.slot_ids))
-        tr.slot_ids.extend(v for _, v in slots)
-        tr.slot_ids.extend(words)
+        tr.slot_ids.extend(vals)
+        if words:
+            tr.slot_ids.extend(words)
         tr.nout.append(len(outs))
         # a written argument the op returns is already one of its results
-        extra_writes = tuple(w for w in writes if w[1] not in outs)
+        extra_writes = tuple(w for w in writes if w[1] not in outs) if writes else ()
         if extra_writes or copies or state is not None:
             tr.extra[k] = (extra_writes, tuple(copies), state)
         tr.push("out_bytes", out_bytes)
         if self.need or tr.prints is not None:
-            made = tensors_of(out)
-            made += [flat[pos] for pos, _ in writes]
-            for v, t in zip(outs + [w for _, w in writes], made):
+            held = made + [flat[pos] for pos, _ in writes]
+            for v, t in zip(outs + [w for _, w in writes], held):
                 if v in self.need:
                     self.hold[v] = weakref.ref(t)
                 if tr.prints is not None:
                     tr.prints[v] = fingerprint(t)
-        # the ops, their shapes and their wiring: a call with the same signature records the
-        # same values, live sets and writes, so the last call's plan is this one's
-        # (dtypes and devices too: a float64 call's values are twice a float32 call's bytes)
-        tr.signature = hash((tr.signature, func, tuple(slots), tuple(
-            (tuple(flat[p].shape), flat[p].dtype, flat[p].device) for p, _ in slots)))
+        # the ops, their wiring and what they made (each external's at its first read): a call
+        # with the same signature records the same values, live sets and writes, so the last
+        # call's plan is this one's (dtypes and devices too: a float64 call's values are twice
+        # a float32 call's bytes)
+        tr.signature = hash((tr.signature, id(func), positions, tuple(vals),
+                             tuple([(o.shape, o.dtype, o.get_device()) for o in made])))
         return out
 
     def pack(self, t: torch.Tensor) -> Saved:
@@ -262,7 +295,8 @@ class _Recorder(TorchDispatchMode):
             return Saved(-1, t)
         # the op whose node saves it: the last one recorded for its own result, else the next
         # (an input is saved before its op reaches the dispatcher)
-        k = tr.n - 1 if tr.defined[v] == tr.n - 1 else tr.n
+        n = len(tr.tmpl)
+        k = n - 1 if tr.defined[v] == n - 1 else n
         tr.saver_v.append(v)
         tr.saver_ks.append(k)
         tr.saved[tr.group[v]] = 1               # a storage counts once, whichever version

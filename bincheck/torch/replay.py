@@ -33,6 +33,7 @@ class Replay:
     def __init__(self, trace: Trace, bounds: list[int], stats: ProgramStats) -> None:
         self.tr, self.bounds, self.stats = trace, bounds, stats
         self.materialized: dict[int, torch.Tensor] = {}
+        self.simple: dict[int, bool] = {}      # per template: called with its flat arguments
         # per value: how many nodes saving it have not yet taken it (set by the program; a
         # replay keeps no value every saver already has)
         self.uses: array | None = None
@@ -56,16 +57,22 @@ class Replay:
         """A snapshot's bytes as the model counts them (:meth:`~.trace.Trace.storage_bytes`)."""
         return self.tr.storage_bytes(env)
 
-    def run(self, k: int, get: Callable[[int], torch.Tensor]) -> list:
+    def run(self, k: int, env: dict) -> list:
+        """Op ``k`` on the values of ``env`` (and the externals): its results, then the
+        arguments it wrote into and did not return."""
         tr = self.tr
-        func, spec, consts, positions, open_ = tr.templates[tr.tmpl[k]]
+        t = tr.tmpl[k]
+        func, spec, consts, positions, open_ = tr.templates[t]
         flat = list(consts)
-        ids, s0 = tr.slot_ids, tr.start[k]
-        for j, pos in enumerate(positions):
-            flat[pos] = get(ids[s0 + j])
-        s0 += len(positions)
-        for j, pos in enumerate(open_):
-            flat[pos] = ids[s0 + j]
+        ids, ext = tr.slot_ids, tr.externals
+        j = tr.start[k]
+        for pos in positions:
+            v = ids[j]
+            flat[pos] = env[v] if v >= 0 else ext[-1 - v]
+            j += 1
+        for pos in open_:
+            flat[pos] = ids[j]
+            j += 1
         extra = tr.extra.get(k)
         if extra is not None:
             writes, copies, rng = extra
@@ -73,9 +80,15 @@ class Replay:
                 flat[pos] = flat[pos].detach().clone()
             if rng is not None:
                 set_rng_state(rng)
-        args, kwargs = unflatten_args(flat, spec)
-        out = func(*args, **kwargs)
-        results = tensors_of(out)
+        simple = self.simple.get(t)
+        if simple is None:          # positional leaves only: the flat list is the arguments
+            simple = self.simple[t] = not spec[1] and all(x is None for x in spec[2])
+        if simple:
+            out = func._op(*flat)
+        else:
+            args, kwargs = unflatten_args(flat, spec)
+            out = func._op(*args, **kwargs)
+        results = [out] if type(out) is torch.Tensor else tensors_of(out)
         if extra is not None:
             results += [flat[pos] for pos, _ in extra[0]]
         prints = tr.prints
@@ -91,16 +104,19 @@ class Replay:
 
     def _replay(self, env: dict, a: int, b: int, keep: Callable[[int], bool] | None) -> dict:
         tr, dies, dies_start = self.tr, self.dies, self.dies_start
-        ext, first, nout, extra = tr.externals, tr.first, tr.nout, tr.extra
-        get = lambda v: env[v] if v >= 0 else ext[-1 - v]  # noqa: E731
+        first, nout, extra = tr.first, tr.nout, tr.extra
         kept: dict[int, torch.Tensor] = {}
         if keep is not None:
             kept = {v: t for v, t in env.items() if keep(v)}
+        run = self.run
         with torch.no_grad():
             for k in range(a, b):
-                results = self.run(k, get)
-                f = first[k]
-                made = range(f, f + nout[k]) if k not in extra else tr.made(k)
+                results = run(k, env)
+                if k in extra:
+                    made = tr.made(k)
+                else:
+                    f = first[k]
+                    made = range(f, f + nout[k])
                 for v, r in zip(made, results):
                     env[v] = r
                     if keep is not None and keep(v):

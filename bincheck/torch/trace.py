@@ -33,6 +33,8 @@ import numpy as np
 import torch
 
 _SCALARS = (bool, int, float, complex, str, type(None))
+_FAST_TYPES = frozenset((bool, int, str, type(None), torch.dtype, torch.device, torch.layout,
+                         torch.memory_format))
 OPEN_AFTER = 4          # templates differing only in integers before those are left open
 
 
@@ -75,6 +77,7 @@ class Trace:
         self.templates: list[tuple] = []
         self._tkeys: dict = {}
         self._open: dict = {}
+        self._fast: dict = {}
         self.tmpl, self.start, self.slot_ids = array("i"), array("i"), array("i")
         self.first, self.nout = array("i"), array("i")
         self.extra: dict[int, tuple] = {}     # op -> (writes, copies, rng state or None)
@@ -136,6 +139,28 @@ class Trace:
         """Op's template index and the integers it leaves open (written after the op's value
         ids): a template of its own while fewer than ``OPEN_AFTER`` ops differed from it only
         in integer constants (``xs[t]``'s index), then one template for all of them."""
+        # an op site seen before with these very constants (of types whose equality is their
+        # identity as a template's: not floats, -0.0 == 0.0) gets its answer again; one whose
+        # integers are left open, that template (an entry per site, not per index)
+        types = tuple(map(type, consts))
+        if _FAST_TYPES.issuperset(types):
+            fast = (id(func), spec, positions, tuple(consts), types)
+            known = self._fast.get(fast)
+            if known is None:
+                masked = (id(func), spec, positions, types, tuple(
+                    [None if t is int and -2**31 <= c < 2**31 else c
+                     for c, t in zip(consts, types)]))
+                known = self._fast.get(masked)
+            if known is not None:
+                index, open_ = known
+                return index, ([consts[i] for i in open_] if open_ else ())
+            index, open_ = self._template(func, spec, consts, positions)
+            self._fast[masked if open_ else fast] = index, open_
+            return index, ([consts[i] for i in open_] if open_ else ())
+        index, open_ = self._template(func, spec, consts, positions)
+        return index, ([consts[i] for i in open_] if open_ else ())
+
+    def _template(self, func: Any, spec: tuple, consts: list, positions: tuple) -> tuple:
         keys = [_const_key(c) for c in consts]
         key = (func, spec, positions, tuple(keys))
         index = self._tkeys.get(key)
@@ -152,7 +177,7 @@ class Trace:
                 index = self._open[shape] = len(self.templates)
                 self.templates.append((func, spec, held, positions, open_))
             if index is not None:
-                return index, [consts[i] for i in open_]
+                return index, open_
             self._tkeys[shape] = seen
         index = self._tkeys[key] = len(self.templates)
         self.templates.append((func, spec, tuple(consts), positions, ()))
@@ -176,7 +201,7 @@ class Trace:
 
     def finish(self) -> None:
         """The savers by value (counting sort), and the recording's key table dropped."""
-        self._tkeys, self._open = {}, {}
+        self._tkeys, self._open, self._fast = {}, {}, {}
         self.first.append(len(self.defined))
         count = array("i", [0]) * (len(self.defined) + 1)
         for v in self.saver_v:
