@@ -1,5 +1,10 @@
 import os
+import pathlib
+import shutil
+import subprocess
 import sys
+import tempfile
+import threading
 
 import pytest
 
@@ -38,3 +43,98 @@ def segment_prices_by_evaluations(monkeypatch):
         monkeypatch.setattr(prices, "step_prices",
                             lambda flat, L, x_wanted: (by_evaluations, by_evaluations))
     yield
+
+
+# --- subprocess runs started early, checked last -------------------------------------------
+# The benchmarks' smoke runs and the docs' examples are subprocesses (two minutes in all on a
+# 2-core machine). A test marked ``@pytest.mark.background("argv_of")`` names a function of its
+# module, ``argv_of(out, **params) -> argv`` (after ``python``); its subprocess starts when the
+# tests are collected, one at a time on a thread, so that it runs on the second core while the
+# rest of the suite runs on the first, and the test itself runs last, taking the finished run
+# from the ``background`` fixture.
+
+class _Background:
+    def __init__(self):
+        self.jobs = {}
+        self.proc = None
+        self.stopping = False
+        self.thread = None
+
+    def add(self, nodeid, argv, cwd, env):
+        out = tempfile.mkdtemp(prefix="bincheck-test-")
+        self.jobs[nodeid] = dict(argv=argv(out), cwd=cwd or out, env=env, out=out,
+                                 result=None, done=threading.Event())
+
+    def start(self):
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        for job in self.jobs.values():
+            try:
+                if self.stopping:
+                    raise RuntimeError("the test session ended first")
+                self.proc = subprocess.Popen([sys.executable, *job["argv"]], cwd=job["cwd"],
+                                            env=job["env"], stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, text=True)
+                stdout, stderr = self.proc.communicate(timeout=900)
+                job["result"] = subprocess.CompletedProcess(job["argv"], self.proc.returncode,
+                                                            stdout, stderr)
+            except BaseException as e:          # the test that waits for it raises it
+                job["result"] = e
+                if self.proc is not None and self.proc.poll() is None:
+                    self.proc.kill()            # (timed out: no process left behind)
+                    self.proc.communicate()
+            finally:
+                job["done"].set()
+
+    def result(self, nodeid):
+        job = self.jobs[nodeid]
+        assert job["done"].wait(1800), f"{nodeid}: its subprocess did not finish"
+        if isinstance(job["result"], BaseException):
+            raise job["result"]
+        return job["result"], pathlib.Path(job["out"])
+
+    def stop(self):
+        self.stopping = True
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.thread is not None:
+            self.thread.join(60)
+        for job in self.jobs.values():
+            shutil.rmtree(job["out"], ignore_errors=True)
+
+
+_background = _Background()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "background(argv_of): the test's subprocess starts at "
+                            "collection and runs beside the suite; the test runs last")
+
+
+@pytest.hookimpl(trylast=True)          # after -k / -m deselected what they deselect
+def pytest_collection_modifyitems(config, items):
+    marked = [item for item in items if item.get_closest_marker("background")]
+    for item in marked:
+        argv_of = getattr(item.module, item.get_closest_marker("background").args[0])
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        # the repository root, or (``BACKGROUND_CWD = None``) the run's own folder
+        cwd = getattr(item.module, "BACKGROUND_CWD", os.path.dirname(HERE))
+        env = getattr(item.module, "background_env", lambda: dict(os.environ))()
+        _background.add(item.nodeid, lambda out: argv_of(out, **params), cwd, env)
+    if marked:
+        items[:] = [item for item in items if item not in marked] + marked
+        if not config.option.collectonly:
+            _background.start()
+
+
+def pytest_unconfigure(config):
+    _background.stop()
+
+
+@pytest.fixture
+def background(request):
+    """The finished subprocess of a test marked ``background``: ``(CompletedProcess, out)``,
+    ``out`` the folder its ``argv_of`` was given (removed at the session's end)."""
+    return _background.result(request.node.nodeid)

@@ -126,24 +126,30 @@ def test_generated_text_is_deterministic_and_in_the_vocabulary():
     assert 0 <= chars.min() and chars.max() < VOCAB_SIZE
 
 
-def test_torch_benchmark_smoke_run(tmp_path):
+def torch_smoke(out):
+    return ["-m", "benchmarks.torch", "--smoke", "--out", out]
+
+
+@pytest.mark.background("torch_smoke")
+def test_torch_benchmark_smoke_run(background):
     """python -m benchmarks.torch --smoke: every strategy runs, its gradient checked against
     store-all's, and the results are written."""
-    pytest.importorskip("torch")
-    out = subprocess.run([sys.executable, "-m", "benchmarks.torch", "--smoke", "--out",
-                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    out, tmp_path = background
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     written = set(os.listdir(tmp_path))
     assert {f for f in written if f.endswith((".csv", ".json", ".md"))}, written
 
 
-def test_jax_benchmark_smoke_run(tmp_path):
+def jax_smoke(out):
+    return ["-m", "benchmarks.jax", "--smoke", "--out", out]
+
+
+@pytest.mark.background("jax_smoke")
+def test_jax_benchmark_smoke_run(background):
     """python -m benchmarks.jax --smoke: every strategy compiles, its gradient is checked against
     lax.scan's, bincheck's counted step evaluations equal its plan's, and the results are
     written (the RNN table, the while-loop table, the plot)."""
-    out = subprocess.run([sys.executable, "-m", "benchmarks.jax", "--smoke", "--out",
-                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out, tmp_path = background
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert {"smoke.json", "smoke.md"} <= set(os.listdir(tmp_path))
     import json
@@ -190,13 +196,16 @@ def test_torch_benchmark_device_and_size_options():
         assert out.returncode == 2 and "torch sees no CUDA device" in out.stderr, out.stderr
 
 
-def test_programs_benchmark_smoke_run(tmp_path):
+def programs_smoke(out):
+    return ["-m", "benchmarks.programs", "--smoke", "--repeats", "1", "--out", out]
+
+
+@pytest.mark.background("programs_smoke")
+def test_programs_benchmark_smoke_run(background):
     """python -m benchmarks.programs --smoke: every strategy runs, its gradient agrees with
     store-all, and the program at outer binomial's measured peak stays within it."""
     import csv
-    out = subprocess.run([sys.executable, "-m", "benchmarks.programs", "--smoke", "--repeats",
-                          "1", "--out", str(tmp_path)], capture_output=True, text=True,
-                         cwd=ROOT, timeout=600)
+    out, tmp_path = background
     assert out.returncode == 0, out.stderr[-2000:]
     rows = list(csv.DictReader(open(tmp_path / "programs.csv")))
     assert {r["strategy"] for r in rows} == {"store-all", "outer binomial", "program s",
@@ -220,15 +229,17 @@ def test_live_sets_report(tmp_path):
         assert float(row.strip("| ").split("|")[-1]) < 0.05
 
 
-def test_program_benchmark_smoke_run(tmp_path):
+def program_smoke(out):
+    return ["-m", "benchmarks.program", "--smoke", "--out", out]
+
+
+@pytest.mark.background("program_smoke")
+def test_program_benchmark_smoke_run(background):
     """python -m benchmarks.program --smoke: every eager peer's gradient agrees with store-all's
     on the five workloads, each is metered and timed, torch.compile's rows say why they did not
     run, bincheck's say pending where issue 31's API is missing, and the files are written."""
-    pytest.importorskip("torch")
     import json
-    out = subprocess.run([sys.executable, "-m", "benchmarks.program", "--smoke", "--out",
-                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    out, tmp_path = background
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert {"smoke.json", "smoke.csv", "smoke.md"} <= set(os.listdir(tmp_path))
     rows = json.loads((tmp_path / "smoke.json").read_text())["rows"]
@@ -296,14 +307,17 @@ def test_program_benchmark_bincheck_rows_plug_in(monkeypatch):
     assert "| a | unet |" in text and "| c | rnn |" in text and "| d | unet |" in text
 
 
-def test_ode_benchmark_smoke_run(tmp_path):
+def ode_smoke(out):
+    return ["-m", "benchmarks.programs.ode", "--smoke", "--rounds", "1", "--out", out]
+
+
+@pytest.mark.background("ode_smoke")
+def test_ode_benchmark_smoke_run(background):
     """python -m benchmarks.programs.ode --smoke: the stiff ODE's Newton loop runs a varying
     number of iterations, every program's gradient agrees with plain autograd's, and each
     program holds less than plain autograd's peak."""
     import csv
-    out = subprocess.run([sys.executable, "-m", "benchmarks.programs.ode", "--smoke", "--rounds",
-                          "1", "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
-                         timeout=600)
+    out, tmp_path = background
     assert out.returncode == 0, out.stderr[-2000:]
     rows = list(csv.DictReader(open(tmp_path / "ode-smoke.csv")))
     assert [r["strategy"] for r in rows][0] == "plain autograd" and len(rows) == 3
@@ -334,14 +348,16 @@ def test_programs_benchmark_skips_store_all_where_its_tape_would_not_fit(monkeyp
     assert all(r["trace_mib"] > 0 for r in rows if r["strategy"].startswith("program"))
 
 
-def test_program_budgets_smoke_run(tmp_path):
+def budgets_smoke(out):
+    return ["-m", "benchmarks.program.budgets", "--smoke", "--out", out]
+
+
+@pytest.mark.background("budgets_smoke")
+def test_program_budgets_smoke_run(background):
     """python -m benchmarks.program.budgets --smoke: an MLP's metered peak stays within each
     memory= budget, from the least the planner accepts up, and the files are written."""
-    pytest.importorskip("torch")
     import csv
-    out = subprocess.run([sys.executable, "-m", "benchmarks.program.budgets", "--smoke", "--out",
-                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    out, tmp_path = background
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     rows = list(csv.DictReader(open(tmp_path / "budgets-smoke.csv")))
     assert rows and rows[0]["budget"] == "least"

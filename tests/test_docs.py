@@ -109,10 +109,18 @@ def test_sphinx_build_has_no_warnings(tmp_path):
     assert not missing, f"not in the API reference: {missing}"
 
 
+BACKGROUND_CWD = None                   # an example runs in a folder of its own
+background_env = env
+
+
+def example(out, name):
+    return [os.path.join(DOCS, "examples", name)]
+
+
+@pytest.mark.background("example")
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_example_runs(name, tmp_path):
-    out = subprocess.run([sys.executable, os.path.join(DOCS, "examples", name)], cwd=tmp_path,
-                         capture_output=True, text=True, env=env(), timeout=300)
+def test_example_runs(name, background):
+    out, _ = background
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
 
 

@@ -3,8 +3,6 @@ reader pastes it (docs that match behaviour)."""
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -44,10 +42,13 @@ def test_readme_has_the_examples():
         assert any(marker in b for b in BLOCKS), marker
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
-def test_readme_block_runs_alone(index):
+def block_with_checks(out, index):
     block = BLOCKS[index]
-    check = "\n".join(c for m, c in CHECKS.items() if m in block)
-    out = subprocess.run([sys.executable, "-c", block + "\n" + check], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    return ["-c", block + "\n" + "\n".join(c for m, c in CHECKS.items() if m in block)]
+
+
+@pytest.mark.background("block_with_checks")
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_readme_block_runs_alone(index, background):
+    out, _ = background
     assert out.returncode == 0, out.stderr[-2000:]
