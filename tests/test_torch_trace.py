@@ -117,3 +117,31 @@ def test_a_size_of_2_gigabytes_or_more_widens_its_column():
     tr.put("grad_bytes", 0, 2 ** 40)
     assert list(tr.out_bytes) == [5, 3 * 2 ** 31] and list(tr.grad_bytes) == [2 ** 40]
     assert tr.out_bytes.itemsize == 8
+
+
+def test_a_view_of_a_moved_storage_is_no_new_allocation():
+    """A result sharing an argument's storage joins its group even after that storage moved
+    between reads (FSDP frees and reallocates a parameter's storage outside the dispatcher):
+    matching groups by the pointer they had when made counted the second view's 48 bytes."""
+    def f(x, p):
+        a = (x @ p.t()).sum()
+        st = p.untyped_storage()
+        n = st.nbytes()
+        st.resize_(0)
+        st.resize_(n)
+        return a + (x @ p.t()).sum()
+    tr, _, _, _ = record(f, (torch.ones(2, 3), torch.ones(4, 3)), {}, True, lambda s: None)
+    views = [k for k in range(tr.n) if tr.func(k) is torch.ops.aten.t.default]
+    assert len(views) == 2 and [tr.out_bytes[k] for k in views] == [0, 0]
+
+
+def test_the_plan_key_tells_devices_apart():
+    """Two calls of one function on tensors of another device type record other traces (a
+    meta tensor's storage is no allocation): their plan keys differ (the device's index alone,
+    -1 for both the CPU and meta, made them equal)."""
+    def f(a):
+        return (a.view(-1) * 2).sum()
+    on = {d: record(f, (torch.ones(2, 3, device=d),), {}, True, lambda s: None)[0]
+          for d in ("cpu", "meta")}
+    assert list(on["cpu"].group_bytes) != list(on["meta"].group_bytes)
+    assert on["cpu"].signature != on["meta"].signature

@@ -68,7 +68,6 @@ class _Recorder(TorchDispatchMode):
         self.refs: dict[int, weakref.ref] = {}
         self.ext: dict[int, int] = {}
         self.ptr_group: dict[int, int] = {}       # data_ptr -> group, for externals only
-        self.gptr: list[int] = []                 # per group: its storage's data_ptr then
         self.ext_groups: set[int] = set()
         self.ext_versions: set[int] = set()      # values that are an external, written
 
@@ -92,12 +91,11 @@ class _Recorder(TorchDispatchMode):
                 g = len(tr.group_bytes)
                 tr.push("group_bytes", 0)        # externals are the user's: no bytes here
                 tr.saved.append(0)
-                self.gptr.append(ptr)
                 if ptr:
                     self.ptr_group[ptr] = g
             tr.ext_group.append(g)
             self.ext_groups.add(g)
-            tr.signature = hash((tr.signature, e, t.shape, t.dtype, t.get_device()))
+            tr.signature = hash((tr.signature, e, t.shape, t.dtype, t.device))
         return -1 - e
 
     def diverged(self) -> None:
@@ -161,7 +159,8 @@ class _Recorder(TorchDispatchMode):
         consts = list(flat)
         positions: list[int] = []
         vals: list[int] = []
-        ids, last, group, gptr = self.ids, tr.last, tr.group, self.gptr
+        ids, last, group = self.ids, tr.last, tr.group
+        ptrs: dict[int, int] = {}           # the arguments' storages (now: one may have moved)
         grad_in = 0
         for pos, a in enumerate(flat):
             if isinstance(a, torch.Tensor):
@@ -169,8 +168,13 @@ class _Recorder(TorchDispatchMode):
                 if v is None:
                     v = self.value_of(a)
                     tr.ext_last[-1 - v] = k
+                    g = tr.ext_group[-1 - v]
                 else:
                     last[v] = k
+                    g = group[v]
+                ptr = a.untyped_storage().data_ptr()
+                if ptr and ptr not in ptrs:
+                    ptrs[ptr] = g
                 positions.append(pos)
                 vals.append(v)
                 consts[pos] = None
@@ -218,19 +222,12 @@ class _Recorder(TorchDispatchMode):
         for o in made:
             st = o.untyped_storage()
             ptr = st.data_ptr()
-            g = None
-            if ptr:                         # a result sharing an argument's storage: its group
-                for v in vals:
-                    gv = group[v] if v >= 0 else tr.ext_group[-1 - v]
-                    if gptr[gv] == ptr:
-                        g = gv
-                        break
+            g = ptrs.get(ptr) if ptr else None  # sharing an argument's storage: its group
             if g is None:
                 nb = st.nbytes()
                 g = len(tr.group_bytes)
                 tr.push("group_bytes", nb)
                 tr.saved.append(0)
-                gptr.append(ptr)
                 out_bytes += nb
             float_out = float_out or o.is_floating_point() or o.is_complex()
             v = len(defined)                # a new value (:meth:`new_value`, inlined)
@@ -285,7 +282,7 @@ class _Recorder(TorchDispatchMode):
         # call's plan is this one's (dtypes and devices too: a float64 call's values are twice
         # a float32 call's bytes)
         tr.signature = hash((tr.signature, id(func), positions, tuple(vals),
-                             tuple([(o.shape, o.dtype, o.get_device()) for o in made])))
+                             tuple([(o.shape, o.dtype, o.device) for o in made])))
         return out
 
     def pack(self, t: torch.Tensor) -> Saved:
