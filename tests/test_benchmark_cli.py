@@ -172,9 +172,10 @@ def test_jax_benchmark_names_the_extra_when_equinox_is_missing(monkeypatch):
         import_peers()
 
 
-def test_torch_benchmark_device_and_size_options():
+def test_torch_benchmark_device_and_size_options(tmp_path):
     """--device cuda names its results <mode>-cuda (sizes added when changed), and refuses
-    clearly where torch sees no GPU (CI); on a machine with one, the smoke run passes there."""
+    clearly where torch sees no GPU (CI), leaving no folder behind (it left an empty temporary
+    one per run); on a machine with one, the smoke run passes there."""
     pytest.importorskip("torch")
     import torch
 
@@ -188,12 +189,14 @@ def test_torch_benchmark_device_and_size_options():
         parse_args(["--batch", "0"])
     out = subprocess.run([sys.executable, "-m", "benchmarks.torch", "--smoke", "--device", "cuda",
                           "--cells", "tanh"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                         timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1",
+                                               TMPDIR=str(tmp_path)))
     if torch.cuda.is_available():
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
         assert "offload=True" in out.stdout and "smoke-cuda." in out.stdout
     else:
         assert out.returncode == 2 and "torch sees no CUDA device" in out.stderr, out.stderr
+        assert not [f for f in os.listdir(tmp_path) if f.startswith("bincheck")]   # (torch's own: kept)
 
 
 def programs_smoke(out):

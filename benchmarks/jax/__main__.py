@@ -84,8 +84,13 @@ def parse_args(argv):
         cfg["rounds"] = wcfg["rounds"] = check_rounds(p, args.rounds)
     args.cfg = None if args.while_only else cfg
     args.while_cfg = None if args.no_while else wcfg
-    args.out = out_folder(args.out, args.smoke, RESULTS, "bincheck-jax-smoke-")
     return args
+
+
+def _out(args) -> str:
+    """``--out``, else a new temporary folder for a smoke run (made once the run goes ahead: one
+    refused for a missing peer left an empty one behind), else RESULTS."""
+    return out_folder(args.out, args.smoke, RESULTS, "bincheck-jax-smoke-")
 
 
 def pin_xla(all_cores: bool = False) -> tuple[str, list[int] | None]:
@@ -143,9 +148,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.replot:
         from .report import rows_from_json
-        return replot(args.replot, args.out, rows_from_json, write_all)
+        return replot(args.replot, _out(args), rows_from_json, write_all)
     xla_flags, cpus = pin_xla(args.all_cores)
     jax, equinox = import_peers()
+    args.out = _out(args)
     name = f"while-{args.mode}" if args.cfg is None else args.mode
     if args.keep_segments and args.cfg is not None:
         name += "-segments"

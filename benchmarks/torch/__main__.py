@@ -74,8 +74,14 @@ def parse_args(argv):
     args.name = args.mode + ("-cuda" if args.device == "cuda" else "") + "".join(
         f"-{k[0].upper()}{getattr(args, k)}" for k in ("hidden", "batch")
         if getattr(args, k) is not None)
-    args.out = out_folder(args.out, args.smoke, RESULTS, "bincheck-torch-smoke-")
     return args
+
+
+def _out(args) -> str:
+    """The results folder: ``--out``, else a new temporary one for a smoke run (made only once the
+    run is known to go ahead: a refused ``--device cuda`` left an empty one behind), else
+    RESULTS."""
+    return out_folder(args.out, args.smoke, RESULTS, "bincheck-torch-smoke-")
 
 
 def write_all(out: str, name: str, meta: dict, rows) -> str:
@@ -99,7 +105,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.replot:
         from .report import rows_from_json
-        return replot(args.replot, args.out, rows_from_json, write_all)
+        return replot(args.replot, _out(args), rows_from_json, write_all)
     import torch
     from tqdm import tqdm
 
@@ -112,6 +118,7 @@ def main(argv=None) -> int:
         print("--device cuda: torch sees no CUDA device (torch.cuda.is_available() is False)",
               file=sys.stderr)
         return 2
+    args.out = _out(args)
     meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), mode=args.mode,
                 ratios="per-round",
                 torch=torch.__version__, bincheck_commit=library_version()[0],
