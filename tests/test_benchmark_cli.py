@@ -196,7 +196,8 @@ def test_torch_benchmark_device_and_size_options(tmp_path):
         assert "offload=True" in out.stdout and "smoke-cuda." in out.stdout
     else:
         assert out.returncode == 2 and "torch sees no CUDA device" in out.stderr, out.stderr
-        assert not [f for f in os.listdir(tmp_path) if f.startswith("bincheck")]   # (torch's own: kept)
+        # (torch's own folder there is kept)
+        assert not [f for f in os.listdir(tmp_path) if f.startswith("bincheck")]
 
 
 def programs_smoke(out):

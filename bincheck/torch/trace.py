@@ -143,6 +143,7 @@ class Trace:
         # identity as a template's: not floats, -0.0 == 0.0) gets its answer again; one whose
         # integers are left open, that template (an entry per site, not per index)
         types = tuple(map(type, consts))
+        fast = masked = known = None
         if _FAST_TYPES.issuperset(types):
             fast = (id(func), spec, positions, tuple(consts), types)
             known = self._fast.get(fast)
@@ -151,13 +152,11 @@ class Trace:
                     [None if t is int and -2**31 <= c < 2**31 else c
                      for c, t in zip(consts, types)]))
                 known = self._fast.get(masked)
-            if known is not None:
-                index, open_ = known
-                return index, ([consts[i] for i in open_] if open_ else ())
-            index, open_ = self._template(func, spec, consts, positions)
-            self._fast[masked if open_ else fast] = index, open_
-            return index, ([consts[i] for i in open_] if open_ else ())
-        index, open_ = self._template(func, spec, consts, positions)
+        if known is None:
+            known = self._template(func, spec, consts, positions)
+            if fast is not None:
+                self._fast[masked if known[1] else fast] = known
+        index, open_ = known
         return index, ([consts[i] for i in open_] if open_ else ())
 
     def _template(self, func: Any, spec: tuple, consts: list, positions: tuple) -> tuple:
