@@ -8,8 +8,8 @@ import time
 import pytest
 
 from bincheck.schedule import optimal_plain_steps, plan
-from bincheck.schedule.chain import (Chain, ChainPlan, chain_cost, group, minimum_memory,
-                                      reverse_bytes)
+from bincheck.schedule.chain import (Chain, ChainPlan, chain_cost, group, grouped,
+                                      minimum_memory, reverse_bytes)
 
 
 def random_chain(n, seed, cut_range=(1, 6), tape_range=(1, 6), spikes=False):
@@ -184,6 +184,25 @@ def test_grouping_cuts_at_small_live_sets_and_loses_little():
         fine = ChainPlan(chain, memory=memory, max_stages=120, units=128)
         coarse = ChainPlan(chain, memory=memory, max_stages=30, units=128)
         assert fine.seconds <= coarse.seconds <= 1.5 * fine.seconds
+
+
+def test_a_budget_the_stages_fit_but_not_their_groups_plans_every_stage_if_allowed():
+    """Grouped, a stage's tape goes with its neighbours': the groups' least can be above a
+    budget the stages' is not. ``finer_stages`` plans such a chain ungrouped (optimal, against
+    the exhaustive search) where it has at most that many stages, and only then."""
+    chain = random_chain(8, 4, cut_range=(1, 2), tape_range=(5, 9))
+    low = minimum_memory(chain)
+    assert minimum_memory(grouped(chain, group(chain, 2))) > low
+    with pytest.raises(ValueError, match="below the least"):
+        ChainPlan(chain, memory=low, max_stages=2)
+    with pytest.raises(ValueError, match="below the least"):
+        ChainPlan(chain, memory=low, max_stages=2, finer_stages=7)
+    p = ChainPlan(chain, memory=low, max_stages=2, finer_stages=8)
+    assert p.groups is None and p.stages == 8
+    assert chain_cost(chain, iter(p)).peak_bytes <= low
+    assert p.seconds == pytest.approx(exhaustive(chain, memory=low))
+    with pytest.raises(ValueError, match="finer_stages"):
+        ChainPlan(chain, memory=10 * low, finer_stages=0)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -34,7 +34,9 @@ rounded up to ``units`` equal parts of the free memory, so a plan always fits it
 the DP is exact for the rounded chain (exact when the bytes are whole units). The DP costs
 ``O(n^3 units / 6)`` elementwise work in numpy, ``O(n^2)`` vector operations; a chain longer than
 ``max_stages`` is first grouped (:func:`group`) into that many stages, cutting where the live
-bytes are small, and the plan of the groups runs on the stages.
+bytes are small, and the plan of the groups runs on the stages; where the groups' least is above
+the budget and the stages' is not, a chain of at most ``finer_stages`` stages is planned
+ungrouped.
 """
 
 from __future__ import annotations
@@ -187,13 +189,14 @@ class ChainPlan:
 
     def __init__(self, chain: Chain, num_ckpts: int | None = None, memory: int | None = None,
                  units: int = 128, max_stages: int = 64,
-                 table_budget: int | None = None) -> None:
+                 table_budget: int | None = None, finer_stages: int | None = None) -> None:
         if (num_ckpts is None) == (memory is None):
             raise ValueError("pass exactly one of num_ckpts (snapshots held at once, cut 0 "
                              "included) and memory (bytes)")
         self.chain, self.num_ckpts, self.memory = chain, num_ckpts, memory
         units = check_positive_int("units", units)
         max_stages = check_positive_int("max_stages", max_stages)
+        finer = 0 if finer_stages is None else check_positive_int("finer_stages", finer_stages)
         if table_budget is not None:
             # coarser memory units first, then fewer stages, until the DP's tables fit
             while table_bytes(min(max_stages, chain.n), units) > table_budget and units > 8:
@@ -219,6 +222,11 @@ class ChainPlan:
             self.groups = group(chain, max_stages) if chain.n > max_stages else None
             coarse = chain if self.groups is None else grouped(chain, self.groups)
             need = minimum_memory(coarse)
+            if memory < need and self.groups is not None and chain.n <= finer and \
+                    (table_budget is None or table_bytes(chain.n, units) <= table_budget) and \
+                    minimum_memory(chain) <= memory:
+                # a group's tape can be what does not fit (a GPT's head with the block before)
+                self.groups, coarse, need = None, chain, minimum_memory(chain)
             if memory < need:
                 raise ValueError(f"memory={memory} bytes is below the least this chain needs: "
                                  f"the input ({chain.cuts[0]} bytes), the working set and the "

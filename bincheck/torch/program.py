@@ -361,16 +361,13 @@ class CheckpointedFunction(Configured):
             # binomial_checkpoint's time, where Revolve over the stages was the fallback)
             found = []
             try:
-                found.append(ChainPlan(chain, memory=free, max_stages=MAX_STAGES))
-            except ValueError:
                 # the groups' least can be above a budget the stages' is not: a GPT's head
                 # grouped with what comes before it, 30.3 MiB against 24.5, left Revolve over
                 # the stages (3.3 s predicted, 11.6x checkpoint per block's time at its peak)
-                if MAX_STAGES < stages <= FULL_DP_STAGES:
-                    try:
-                        found.append(ChainPlan(chain, memory=free, max_stages=stages))
-                    except ValueError:
-                        pass
+                found.append(ChainPlan(chain, memory=free, max_stages=MAX_STAGES,
+                                       finer_stages=FULL_DP_STAGES))
+            except ValueError:
+                pass
             if stages > MAX_STAGES:             # else the DP's plan is optimal for the model
                 found += [p for p in [FittedRevolve.best(chain, free)] if p is not None]
             if not found:
