@@ -2,28 +2,25 @@
 ``bt.checkpoint_module`` or ``bt.checkpoint_sequential`` (:mod:`.networks`): optimal
 checkpointing with no annotation, within ``num_ckpts`` snapshots or ``memory`` bytes.
 
-One gradient:
-
 1. **Record** (the forward): the user's function runs once, as it would without bincheck, under a
-   recorder of the aten ops it reaches (:mod:`.trace`); its graph is dropped as it is built, so
-   the forward holds no activations. Modules update their buffers, dropout draws and Python
-   control flow runs once, by this run.
-2. **Plan**: the trace is a chain of stages (runs of ops between the cuts where no value live
-   across is written in place later), each priced by its recorded time and the bytes autograd
-   saved in it, each cut by its live set; the framework-free
+   recorder of the aten ops it reaches (:mod:`.recorder`). Autograd builds its own graph, but
+   each tensor it saves is replaced by a handle. Buffers update, dropout draws and Python control
+   flow runs once, by this run.
+2. **Plan**: the trace is a chain of stages (runs of ops between cuts), each priced by its
+   recorded time and bytes (:mod:`.costs`); the framework-free
    :class:`~bincheck.schedule.chain.ChainPlan` chooses snapshots, recomputations and taped
-   segments. A call with the same op sequence and shapes reuses the plan.
-3. **Replay** (the backward of one ``torch.autograd.Function`` whose inputs are every tensor
-   requiring grad that the function reached, arguments, parameters and closed-over tensors
-   alike): the plan's actions run through the :class:`~bincheck.runtime.Executor` with
-   :class:`~.replay.Replay` as the stepper; snapshots are dicts of references to the live
-   values; each external's cotangent is returned once.
+   segments. A call with the same op sequence and shapes reuses the plan, and its forward takes
+   the plan's first snapshots and tape as it runs (:mod:`.plans`).
+3. **Replay** (the backward is autograd's own): each handle autograd unpacks runs the plan's
+   actions up to the taped segment that holds it, through the :class:`~bincheck.runtime.Executor`
+   with :class:`~.replay.Replay` as the stepper.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import weakref
 import time
 from typing import Any, Callable, Iterator
 
@@ -35,12 +32,13 @@ from ..runtime.executor import Executor
 from ..runtime.front import Configured
 from ..runtime.stats import ProgramStats
 from ..runtime.store import MemoryStore
-from ..schedule.actions import Advance, Free, Reverse, Snapshot
+from ..schedule.actions import Free, Reverse, Snapshot
 from ..schedule.binomial import Plan
 from ..schedule.chain import ChainPlan, chain_cost, minimum_memory
 from ..schedule.fitted import FittedRevolve
 from .costs import chain_of, merged
 from .replay import Replay, replaying
+from .plans import ProgramPlan, _Captured
 from .recorder import Plan0, record
 from .trace import Trace
 
@@ -66,66 +64,6 @@ def last_stats() -> ProgramStats | None:
     return getattr(_last, "stats", None)
 
 
-class ProgramPlan:
-    """The stages (op bounds) and actions of one trace's plan, its predictions, and what a
-    forward that expects it does (``plan0``: the snapshots it captures, where it keeps the
-    saved tensors)."""
-
-    def __init__(self, bounds: list[int], actions: tuple, peak_bytes: int, seconds: float,
-                 plain_stages: int, taped_stages: int) -> None:
-        self.bounds, self.actions = bounds, actions
-        self.stages = len(bounds) - 1
-        self.peak_bytes, self.seconds = peak_bytes, seconds
-        self.plain_stages, self.taped_stages = plain_stages, taped_stages
-        self.plan0, self.keep_from = None, None
-        self.plan_seconds = 0.0                 # how long planning took (once per op sequence)
-
-    def expect(self, trace: Trace) -> None:
-        """Work out what the forward captures for this plan: the live set at every cut the
-        plan's first advances reach (before its first taped segment), and from which op on it
-        keeps autograd's saved tensors (that segment's)."""
-        live = trace.live_sets()
-        capture: dict[int, tuple] = {}
-        for action in self.actions:
-            if type(action) is Advance:
-                c = self.bounds[action.stop]
-                capture[c] = live(c)
-            elif type(action) is Reverse:
-                c = self.bounds[action.start]
-                capture[c] = live(c)
-                self.keep_from = c
-                break
-        capture.pop(0, None)
-        sizes = {c: trace.storage_bytes(vs) for c, vs in capture.items()}
-        kept = 0
-        if self.keep_from is not None:          # what the recorder's pack keeps from there on
-            starts, ks = trace.saver_start, trace.saver_ks
-            kept = trace.storage_bytes(v for v in range(len(trace.group)) if any(
-                k >= self.keep_from - 1 for k in ks[starts[v]:starts[v + 1]]))
-        self.plan0 = Plan0(capture, self.keep_from, trace.n, sizes, kept)
-
-    def __repr__(self) -> str:
-        return (f"ProgramPlan(stages={self.stages}, peak_bytes={self.peak_bytes}, "
-                f"seconds={self.seconds:.4g}, plan_seconds={self.plan_seconds:.3g})")
-
-
-class _Captured:
-    """The stepper of the advances the forward did: each gives the snapshot it captured. (A
-    module-level class: one defined in a method is a reference cycle, and would hold the
-    captured snapshots until the garbage collector ran.)"""
-
-    __slots__ = ("captured", "bounds")
-
-    def __init__(self, captured: dict, bounds: list[int]) -> None:
-        self.captured, self.bounds = captured, bounds
-
-    def advance(self, env: dict, a: int, b: int) -> dict:
-        return self.captured[self.bounds[b]]
-
-    def reverse(self, env: dict, a: int, b: int) -> None:
-        raise AssertionError("unreachable")
-
-
 class ProgramCall:
     """One call: its trace and plan from the recording, and the backward's executor, driven by
     autograd asking for saved tensors (:meth:`fetch`)."""
@@ -139,14 +77,18 @@ class ProgramCall:
         self.replay: Replay | None = None
         self.executor: Executor | None = None
         self.actions: Iterator | None = None
-        self.checked = False
+        self.checked = self.from_forward = False
+        self.results: list = []
 
     def record(self, args: tuple, kwargs: dict, plan0: Plan0 | None) -> Any:
         program, stats = self.program, self.stats
         t0 = time.perf_counter()
-        tr, out, _, rec = record(program.fn, args, kwargs, program.preserve_rng_state,
+        tr, out, ids, rec = record(program.fn, args, kwargs, program.preserve_rng_state,
                                    self.unpack, plan0, program.verify)
         t1 = time.perf_counter()
+        # the results the caller gets, as the forward left them (it may write into them)
+        self.results = [[weakref.ref(o), o._version, v] for o, v in
+                        zip(tree_flatten(out)[0], ids) if v is not None and v >= 0]
         self.trace, self.rec = tr, rec
         stats.ops = stats.plain_ops = tr.n
         stats.record_seconds = stats.plain_seconds = t1 - t0
@@ -178,6 +120,7 @@ class ProgramCall:
             self.replay.materialized = rec.kept     # the forward kept its saved tensors
             self.executor.tracker.apply(first)
             self.executor.live = None
+            self.from_forward = True
         # the graph's saved-tensor hooks (``rec.pack``) keep the recorder alive as long as the
         # graph: it must hold no tensor now (a call that planned anew held the forward's
         # captures and tape through its own plan's backward: 1.7x its budget)
@@ -188,19 +131,39 @@ class ProgramCall:
     def unpack(self, saved: Any) -> torch.Tensor:
         if not self.checked:                # once per backward: nothing read was changed since
             self.trace.check_versions()
+            self._check_results()
             self.checked = True
         if saved.t is not None:
             return saved.t
         return self.fetch(saved.v)
+
+    def _check_results(self) -> None:
+        """A result the caller wrote into since the forward: refused where autograd saved it
+        (as autograd refuses), else the backward starts its plan over, from the inputs (the
+        snapshots and tape the forward took may share its storage)."""
+        for i, (ref, version, v) in enumerate(self.results):
+            t = ref()
+            if t is None or t._version == version:
+                continue
+            if self.trace.saved[self.trace.group[v]]:
+                raise RuntimeError(
+                    f"one of the variables needed for gradient computation has been modified "
+                    f"by an inplace operation: result {i} of the checkpointed function (or a "
+                    f"view of its storage), {list(t.shape)}, is at version {t._version}; "
+                    f"expected version {version} instead (bincheck.torch)")
+            self.results[i][1] = t._version
+            if self.from_forward:
+                self._restart()
 
     def fetch(self, v: int) -> torch.Tensor:
         """The value ``v`` for autograd: from the segment taped last, else from the plan's next
         taped segments (running its actions up to each), else by starting the plan over."""
         if torch.is_grad_enabled():
             raise RuntimeError(
-                "bincheck.torch: a checkpointed forward's backward cannot build a graph "
-                "(create_graph=True, double backward): its saved tensors are recomputed without "
-                "one. Differentiate the plain model for higher derivatives")
+                "bincheck.torch: a checkpointed forward's saved tensors are recomputed without a "
+                "graph, so its backward cannot build one (create_graph=True, double backward): "
+                "differentiate the plain model for higher derivatives. (Reading a saved tensor "
+                "outside a backward, ``grad_fn._saved_...``, works under torch.no_grad())")
         t = self._take(v)
         if t is not None:
             return t
@@ -241,6 +204,7 @@ class ProgramCall:
         return t
 
     def _restart(self) -> None:
+        self.from_forward = False
         self.uses = self.replay.uses = self.trace.saver_counts()
         self.store = MemoryStore(size=self.replay.env_bytes)
         self.executor = Executor(self.plan.stages, {}, self.store)
@@ -268,6 +232,11 @@ class PlanBook:
         self.plans: dict = {}
         self.expected: ProgramPlan | None = None
         self.lock = threading.Lock()
+
+    def __reduce__(self) -> tuple:
+        """A copy (``copy.deepcopy``, ``torch.save`` of a module) starts with no plans: it
+        plans at its first call, as the original did."""
+        return PlanBook, ()
 
 
 class CheckpointedFunction(Configured):
@@ -306,7 +275,12 @@ class CheckpointedFunction(Configured):
             call.rec = None
             return out
         t0 = time.perf_counter()
-        plan = self.plan_for(tr)
+        try:
+            plan = self.plan_for(tr)
+        except Exception:                   # a refused budget: as if the call had not run
+            tr.restore_written()
+            tr.rewind_rng()
+            raise
         call.stats.plan_seconds = time.perf_counter() - t0
         call.start(plan, plan is expected)
         book.expected = self.last_plan = plan

@@ -6,6 +6,7 @@ saves by a handle (see :mod:`.trace` for what is recorded and why).
 from __future__ import annotations
 
 import time
+from array import array
 import weakref
 from typing import Callable
 
@@ -43,6 +44,20 @@ class Plan0:
         self.capture_bytes = capture_bytes
 
 
+def refuse_unrecordable(t: torch.Tensor) -> None:
+    """A tensor a replay cannot stand in for: sparse (no storage), or a ``torch.func``
+    transform's (``vmap``, ``jvp``: its batch or tangent is the transform's)."""
+    what = None
+    if t.layout is not torch.strided:
+        what = f"a {t.layout} tensor (only strided tensors are recorded)"
+    elif torch._C._functorch.is_functorch_wrapped_tensor(t):
+        what = "a tensor of a torch.func transform (vmap, jvp, grad)"
+    if what is not None:
+        raise NotImplementedError(
+            f"bincheck.torch: the checkpointed function reads {what}; bincheck.torch checkpoints "
+            f"reverse-mode autograd of dense tensors: call the function plainly there")
+
+
 class _Recorder(TorchDispatchMode):
     def __init__(self, trace: Trace, rng: bool, plan0: Plan0 | None, verify: bool) -> None:
         super().__init__()
@@ -70,6 +85,7 @@ class _Recorder(TorchDispatchMode):
         self.ptr_group: dict[int, int] = {}       # data_ptr -> group, for externals only
         self.ext_groups: set[int] = set()
         self.ext_versions: set[int] = set()      # values that are an external, written
+        self.gptr = array("q")                    # per group: its storage's address
 
     def value_of(self, t: torch.Tensor) -> int:
         """The value id of ``t``: >= 0 a recorded value, < 0 external ``-1 - index``."""
@@ -78,6 +94,7 @@ class _Recorder(TorchDispatchMode):
             return v
         e = self.ext.get(id(t))
         if e is None:
+            refuse_unrecordable(t)
             tr = self.tr
             e = len(tr.externals)
             tr.externals.append(t)
@@ -91,6 +108,7 @@ class _Recorder(TorchDispatchMode):
                 g = len(tr.group_bytes)
                 tr.push("group_bytes", 0)        # externals are the user's: no bytes here
                 tr.saved.append(0)
+                self.gptr.append(0)             # externals' storages may move (FSDP's do)
                 if ptr:
                     self.ptr_group[ptr] = g
             tr.ext_group.append(g)
@@ -159,7 +177,7 @@ class _Recorder(TorchDispatchMode):
         consts = list(flat)
         positions: list[int] = []
         vals: list[int] = []
-        ids, last, group = self.ids, tr.last, tr.group
+        ids, last, group, gptr = self.ids, tr.last, tr.group, self.gptr
         ptrs: dict[int, int] = {}           # the arguments' storages (now: one may have moved)
         grad_in = 0
         for pos, a in enumerate(flat):
@@ -169,10 +187,17 @@ class _Recorder(TorchDispatchMode):
                     v = self.value_of(a)
                     tr.ext_last[-1 - v] = k
                     g = tr.ext_group[-1 - v]
+                    ptr = a.untyped_storage().data_ptr()
                 else:
                     last[v] = k
                     g = group[v]
-                ptr = a.untyped_storage().data_ptr()
+                    ptr = a.untyped_storage().data_ptr()
+                    if ptr != gptr[g] and ptr and gptr[g]:
+                        raise NotImplementedError(
+                            f"bincheck.torch: {func} reads a tensor the checkpointed function "
+                            f"made whose storage was replaced outside torch's ops since "
+                            f"(``t.data = ...``): a replay would read the old one; assign "
+                            f"the new tensor to the name instead, or write with ``t.copy_``")
                 if ptr and ptr not in ptrs:
                     ptrs[ptr] = g
                 positions.append(pos)
@@ -207,9 +232,15 @@ class _Recorder(TorchDispatchMode):
                         f"argument); write into the tensor itself, or out of place")
         state = None
         if self.rng and facts[1]:
-            device = next((a.device for a in flat if isinstance(a, torch.Tensor)),
-                          kwargs.get("device") or torch.device("cpu"))
-            state = rng_state(torch.device(device))
+            # a caller's ``generator=``: its state (a replay draws from a copy of it); else
+            # the default generator's of the op's device
+            gen = next((i for i, a in enumerate(flat) if isinstance(a, torch.Generator)), None)
+            if gen is not None:
+                state = ("generator", gen, flat[gen].get_state())
+            else:
+                device = next((a.device for a in flat if isinstance(a, torch.Tensor)),
+                              kwargs.get("device") or torch.device("cpu"))
+                state = rng_state(torch.device(device))
             tr.rng_bytes += state[2].numel()
         t0 = time.perf_counter()
         out = func._op(*args, **kwargs)
@@ -228,6 +259,7 @@ class _Recorder(TorchDispatchMode):
                 g = len(tr.group_bytes)
                 tr.push("group_bytes", nb)
                 tr.saved.append(0)
+                gptr.append(ptr)
                 out_bytes += nb
             float_out = float_out or o.is_floating_point() or o.is_complex()
             v = len(defined)                # a new value (:meth:`new_value`, inlined)
@@ -257,6 +289,8 @@ class _Recorder(TorchDispatchMode):
             tr.last_write[group[v]] = k
             if group[v] in self.ext_groups:
                 self.ext_versions.add(v)
+            else:
+                gptr[group[v]] = t.untyped_storage().data_ptr()     # ``resize_`` may move it
         positions = tuple(positions)
         index, words = tr.template(func, spec, consts, positions)
         tr.tmpl.append(index)
@@ -313,6 +347,11 @@ def record(fn: Callable, args: tuple, kwargs: dict, rng: bool, unpack: Callable,
     """Run ``fn(*args, **kwargs)`` once, recording it: ``(trace, result, value ids of the
     result's tensor leaves, recorder)`` (a result leaf the trace did not make is an external:
     id < 0). Autograd's saved tensors become :class:`Saved` handles that ``unpack`` resolves."""
+    if torch.autograd.forward_ad._current_level >= 0:
+        raise NotImplementedError(
+            "bincheck.torch: forward-mode AD (torch.func.jvp, torch.autograd.forward_ad) is "
+            "active; bincheck.torch checkpoints reverse-mode autograd: call the function "
+            "plainly there")
     tr = Trace()
     rec = _Recorder(tr, rng, plan0, verify)
     with torch.autograd.graph.saved_tensors_hooks(rec.pack, unpack), rec:

@@ -78,7 +78,13 @@ class Replay:
             writes, copies, rng = extra
             for pos in copies:
                 flat[pos] = flat[pos].detach().clone()
-            if rng is not None:
+            if rng is None:
+                pass
+            elif rng[0] == "generator":     # the caller's generator stays as the forward left it
+                copy = torch.Generator(device=flat[rng[1]].device)
+                copy.set_state(rng[2])
+                flat[rng[1]] = copy
+            else:
                 set_rng_state(rng)
         simple = self.simple.get(t)
         if simple is None:          # positional leaves only: the flat list is the arguments

@@ -32,6 +32,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from .ops import set_rng_state
+
 _SCALARS = (bool, int, float, complex, str, type(None))
 _FAST_TYPES = frozenset((bool, int, str, type(None), torch.dtype, torch.device, torch.layout,
                          torch.memory_format))
@@ -264,6 +266,23 @@ class Trace:
         with torch.no_grad():
             for t, before in self.written:
                 t.copy_(before)
+
+    def rewind_rng(self) -> None:
+        """Put each generator the recording drew from back in its state before its first draw
+        (the default ones, and a caller's ``generator=``)."""
+        seen = set()
+        for k in sorted(self.extra):
+            state = self.extra[k][2]
+            if state is None:
+                continue
+            if state[0] == "generator":
+                gen = self.templates[self.tmpl[k]][2][state[1]]
+                if id(gen) not in seen:
+                    seen.add(id(gen))
+                    gen.set_state(state[2])
+            elif state[:2] not in seen:
+                seen.add(state[:2])
+                set_rng_state(state)
 
     def cuttable(self) -> np.ndarray:
         """``ok[c]`` for cuts ``0..n``: no value live across cut ``c`` is written (through any

@@ -1,0 +1,195 @@
+"""bincheck.torch.checkpoint where a user's forward or caller does something unusual: an explicit
+``torch.Generator``, a result written in place by the caller, ``t.data = ...`` inside the
+function (found by an adversarial probe, round 4 session 9). Oracle: plain autograd, float64."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import bincheck.torch as bt                                      # noqa: E402
+from tests.torch_helpers import float64_default                 # noqa: E402
+
+RTOL = 1e-10
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    yield from float64_default()
+
+
+@pytest.mark.parametrize("kw", [dict(num_ckpts=1), dict(num_ckpts=2), dict(memory=10 ** 6)])
+def test_an_explicit_generator_replays_its_draws_and_is_left_as_the_plain_run_leaves_it(kw):
+    """A replay drew from the caller's generator as the forward had left it (the state after
+    the forward's draws): another noise, another gradient, and the generator advanced again."""
+    gen = torch.Generator()
+
+    def f(x):
+        h = x
+        for _ in range(4):
+            h = (h.tanh() * torch.randn(x.shape, generator=gen)).sin() + h
+        return h
+
+    def run(call):
+        gen.manual_seed(5)
+        x = torch.linspace(-1, 1, 6, requires_grad=True)
+        call(x).sum().backward()
+        return x.grad, torch.rand(3, generator=gen)
+    want, after = run(f)
+    for _ in range(2):                      # the second call runs the plan it expected
+        got, got_after = run(lambda x: bt.checkpoint(f, x, **kw))
+        torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
+        assert torch.equal(got_after, after)
+
+
+def _reads_its_result_later(x):
+    y = x * 2                       # returned, saved by no node
+    h = y + 1
+    for _ in range(6):
+        h = (h * 1.1 + y).sin()
+    return y, h
+
+
+@pytest.mark.parametrize("num_ckpts", [2, 3])
+@pytest.mark.parametrize("grad_mode", [False, True])
+def test_a_result_the_caller_writes_into_after_the_forward_leaves_the_gradient_exact(
+        num_ckpts, grad_mode):
+    """From the second call on, the forward takes the plan's snapshots by reference: a
+    result the caller then wrote into (legal: no node saved it) was read back by the replays."""
+    def run(call):
+        x = torch.linspace(-1, 1, 5, requires_grad=True)
+        y, h = call(x)
+        with torch.set_grad_enabled(grad_mode):
+            y.mul_(100.0)
+        h.sum().backward()
+        return x.grad
+    want = run(_reads_its_result_later)
+    for _ in range(3):
+        got = run(lambda x: bt.checkpoint(_reads_its_result_later, x, num_ckpts=num_ckpts))
+        torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
+
+
+def test_a_saved_result_written_by_the_caller_is_refused_as_autograd_refuses():
+    def g(x):
+        h = x
+        for _ in range(6):
+            h = (h * 1.1).sin()
+        y = h * 2
+        return y, y.sin()           # sin saves y
+
+    for call in (g,) + (lambda x: bt.checkpoint(g, x, num_ckpts=2),) * 3:
+        x = torch.linspace(-1, 1, 5, requires_grad=True)
+        y, z = call(x)
+        with torch.no_grad():
+            y.mul_(100.0)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            z.sum().backward()
+
+
+def test_a_tensor_whose_data_is_replaced_inside_the_function_is_refused():
+    """``y.data = ...`` is no aten op: the replays would compute the old ``y``."""
+    def f(x):
+        y = x.sin()
+        y.data = y.data * 2
+        return (y * 1.5).exp()
+
+    x = torch.linspace(-1, 1, 4, requires_grad=True)
+    with pytest.raises(NotImplementedError, match=r"t\.data = "):
+        bt.checkpoint(f, x, num_ckpts=1)
+
+
+def test_a_resized_intermediate_is_no_replaced_storage():
+    """``resize_`` is an op the recorder sees: the storage it moves is the value's own."""
+    def f(x):
+        y = x.sin()
+        z = (x * 3).detach()                # made here, requires no grad
+        z.resize_(4096)                     # moves its storage
+        z.resize_(2, 4)
+        return (z[0] * y).cos()
+
+    x = torch.linspace(-1, 1, 4, requires_grad=True)
+    f(x).sum().backward()
+    want, x.grad = x.grad, None
+    bt.checkpoint(f, x, num_ckpts=1).sum().backward()
+    torch.testing.assert_close(x.grad, want, rtol=RTOL, atol=0)
+
+
+def test_a_checkpointed_module_deep_copies_and_saves_as_its_model_does():
+    """An EMA or best-model copy: ``copy.deepcopy`` and ``torch.save`` raised on the plan book's
+    lock. A copy shares nothing with the original, plans anew, and is exact."""
+    import copy
+    import io
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    net = bt.checkpoint_module(model, num_ckpts=2)
+    x = torch.randn(3, 4)
+    net(x).sum().backward()                 # the original has a plan
+    buf = io.BytesIO()
+    torch.save(net, buf)
+    buf.seek(0)
+    for twin in (copy.deepcopy(net), torch.load(buf, weights_only=False)):
+        assert [n for n, _ in twin.named_parameters()] == [n for n, _ in net.named_parameters()]
+        assert all(a is b for a, b in zip(twin.parameters(), twin.model.parameters()))
+        assert not any(a is b for a, b in zip(twin.parameters(), net.parameters()))
+        twin.zero_grad()
+        twin(x).sum().backward()
+        plain = copy.deepcopy(model)
+        plain.zero_grad()
+        plain(x).sum().backward()
+        for a, b in zip(twin.parameters(), plain.parameters()):
+            torch.testing.assert_close(a.grad, b.grad, rtol=RTOL, atol=0)
+
+
+def _tanh_mm(x, w):
+    return (x @ w).tanh()
+
+
+@pytest.mark.parametrize("how", ["vmap", "jvp", "forward_ad", "sparse"])
+def test_what_a_replay_cannot_stand_in_for_is_refused_naming_it(how):
+    """These crashed deep inside the recorder (``BatchedTensorImpl`` has no storage, an invalid
+    python storage), naming neither bincheck nor the cause."""
+    import torch.autograd.forward_ad as fwad
+    x, w = torch.randn(3, 4), torch.randn(4, 4, requires_grad=True)
+
+    def ck(a):
+        return bt.checkpoint(_tanh_mm, a, w, num_ckpts=1)
+    calls = {"vmap": (lambda: torch.func.vmap(ck)(x.unsqueeze(1)), "torch.func transform"),
+             "jvp": (lambda: torch.func.jvp(ck, (x,), (torch.ones_like(x),)), "forward-mode"),
+             "sparse": (lambda: ck(x.to_sparse()), "sparse_coo")}
+    if how == "forward_ad":
+        with fwad.dual_level(), pytest.raises(NotImplementedError, match="forward-mode"):
+            ck(fwad.make_dual(x, torch.ones_like(x)))
+        return
+    call, match = calls[how]
+    with pytest.raises(NotImplementedError, match=match):
+        call()
+
+
+def test_a_refused_budget_leaves_buffers_and_the_rng_stream_as_they_were():
+    """The budget is refused after the forward ran: BatchNorm had counted a batch and dropout
+    had drawn, so a retry with a larger budget updated them twice."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4),
+                                torch.nn.Dropout(0.5))
+    gen = torch.Generator().manual_seed(3)
+    noisy = bt.checkpoint_function(lambda x: model(x) * torch.rand(4, generator=gen),
+                                   memory=100)
+    x = torch.randn(8, 4, requires_grad=True)
+    buffers = {k: v.clone() for k, v in model.state_dict().items()}
+    rng, gen_state = torch.get_rng_state(), gen.get_state()
+    with pytest.raises(ValueError, match="below the least"):
+        noisy(x)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, buffers[k]), k
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert torch.equal(gen.get_state(), gen_state)
+
+
+def test_reading_a_saved_tensor_with_grad_mode_on_names_no_grad():
+    x = torch.randn(3, requires_grad=True)
+    y = bt.checkpoint(lambda t: t.sin().exp(), x, num_ckpts=1)
+    with pytest.raises(RuntimeError, match="torch.no_grad"):
+        y.grad_fn._saved_result
+    with torch.no_grad():
+        torch.testing.assert_close(y.grad_fn._saved_result, x.sin().exp(), rtol=RTOL, atol=0)
