@@ -193,3 +193,11 @@ def test_reading_a_saved_tensor_with_grad_mode_on_names_no_grad():
         y.grad_fn._saved_result
     with torch.no_grad():
         torch.testing.assert_close(y.grad_fn._saved_result, x.sin().exp(), rtol=RTOL, atol=0)
+
+
+def test_a_module_writing_into_a_view_of_its_buffer_is_refused_saying_where_it_belongs():
+    """InstanceNorm with running statistics writes them through a view: the refusal's advice
+    ("write into the tensor itself") could not be followed inside torch's module."""
+    norm = torch.nn.InstanceNorm1d(3, track_running_stats=True)
+    with pytest.raises(NotImplementedError, match="InstanceNorm .*outside the checkpointed"):
+        bt.checkpoint(norm, torch.randn(2, 3, 5, requires_grad=True), num_ckpts=1)

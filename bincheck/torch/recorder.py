@@ -229,7 +229,10 @@ class _Recorder(TorchDispatchMode):
                     raise NotImplementedError(
                         f"bincheck.torch: {func} writes in place into a view of a tensor the "
                         f"checkpointed function did not create (a parameter, buffer or "
-                        f"argument); write into the tensor itself, or out of place")
+                        f"argument); write into the tensor itself, or out of place (modules "
+                        f"that do this inside, such as InstanceNorm with track_running_stats="
+                        f"True and Embedding with max_norm, belong outside the checkpointed "
+                        f"function)")
         state = None
         if self.rng and facts[1]:
             # a caller's ``generator=``: its state (a replay draws from a copy of it); else
