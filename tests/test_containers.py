@@ -1,7 +1,10 @@
 """States and outputs built with autograd.builtins containers give the plain loop's gradient, and a
 structure mismatch between the taped state and its adjoint raises instead of dropping a cotangent."""
 
+import collections
+
 import autograd.numpy as np
+import numpy
 import pytest
 from autograd import grad
 from autograd.builtins import dict as ag_dict
@@ -95,3 +98,43 @@ def test_taped_structure_mismatch_raises_instead_of_dropping_a_cotangent():
     with pytest.raises(ValueError, match=r"taped step 4 got \(leaf, leaf\) and returned "
                                          r"\(leaf,\) \(refusing to drop a cotangent"):
         grad(lambda p: np.sum(loop(p, (h0, h0), xs)[1]))(params)
+
+
+@pytest.mark.parametrize("kind", [collections.OrderedDict, dict])
+def test_an_ordered_dict_state_or_params_carries_its_cotangents(kind):
+    """An OrderedDict state was one leaf that differentiable() called integer: gradient 0.0 where
+    plain autograd gives 1.49 (a review's probe)."""
+    xs = numpy.random.RandomState(0).randn(6, 3)
+
+    def step(p, s, x):
+        return collections.OrderedDict(h=np.tanh(s["h"] * p["w"] + x))
+
+    def plain(w, h):
+        s, p = collections.OrderedDict(h=h), kind(w=w)
+        for t in range(6):
+            s = step(p, s, xs[t])
+        return np.sum(s["h"] ** 2)
+    loop = binomial_checkpoint(step, 6, num_ckpts=2)
+
+    def checkpointed(w, h):
+        return np.sum(loop(kind(w=w), collections.OrderedDict(h=h), xs)["h"] ** 2)
+    h0 = numpy.array([0.1, -0.2, 0.3])
+    for got, want in zip(grad(checkpointed, (0, 1))(0.7, h0), grad(plain, (0, 1))(0.7, h0)):
+        numpy.testing.assert_allclose(got, want, rtol=1e-12)
+    assert type(loop(kind(w=0.7), collections.OrderedDict(h=h0), xs)) is collections.OrderedDict
+
+
+def test_a_state_bincheck_cannot_look_into_is_refused_not_dropped():
+    """An object of the user's as the state (or given holding a traced value) raises a TypeError
+    naming it; it gave a zero gradient."""
+    class Holder:
+        def __init__(self, v):
+            self.v = v
+    xs = numpy.random.RandomState(0).randn(4, 3)
+    h0 = numpy.array([0.1, -0.2, 0.3])
+    loop = binomial_checkpoint(lambda p, s, x: Holder(np.tanh(s.v * p + x)), 4, num_ckpts=2)
+    with pytest.raises(TypeError, match=r"taped step 3\) returned a .*Holder that holds a value "
+                                        r"being differentiated"):
+        grad(lambda p: np.sum(loop(p, Holder(h0), xs).v))(0.7)
+    with pytest.raises(TypeError, match=r"the loop was given a .*Holder that holds"):
+        grad(lambda p: np.sum(loop(p, Holder(h0 * p), xs).v))(0.7)

@@ -6,7 +6,7 @@ import collections
 
 import pytest
 
-from bincheck.tree import LEAF, _build, _flatten, flatten, unflatten
+from bincheck.tree import LEAF, _build, _flatten, conform, describe, flatten, unflatten
 
 NT = collections.namedtuple("NT", "a b")
 
@@ -46,3 +46,21 @@ def test_flatten_equals_the_recursive_walk_and_round_trips(tree):
 def test_a_flat_tuple_s_treedef_is_the_walk_s():
     assert flatten((7, 8))[1] == (tuple, None, (LEAF, LEAF))
     assert unflatten((list, None, (LEAF, LEAF)), ["a", "b"]) == ["a", "b"]
+
+
+def test_ordered_and_default_dicts_are_containers_rebuilt_as_themselves():
+    """OrderedDict and defaultdict (its default_factory kept) flatten into their values, as
+    JAX's pytrees have them; two defaultdicts with other factories are other structures."""
+    tree = {"x": collections.OrderedDict(b=1, a=(2, 3)),
+            "y": collections.defaultdict(list, c=4)}
+    leaves, treedef = flatten(tree)
+    assert leaves == [1, 2, 3, 4]
+    back = unflatten(treedef, leaves)
+    assert back == tree and type(back["x"]) is collections.OrderedDict
+    assert type(back["y"]) is collections.defaultdict and back["y"].default_factory is list
+    assert flatten(collections.defaultdict(list, c=4))[1] != \
+        flatten(collections.defaultdict(float, c=4))[1]
+    assert describe(treedef) == "{'x': OrderedDict({'b': leaf, 'a': (leaf, leaf)}), " \
+                                "'y': defaultdict(list)({'c': leaf})}"
+    assert conform(collections.OrderedDict(a=(5, 6), b=7), treedef[2][0]) == \
+        collections.OrderedDict(b=7, a=(5, 6))

@@ -20,9 +20,13 @@ from typing import Any
 from autograd.builtins import DictBox, SequenceBox
 from autograd.core import VJPNode, vspace
 from autograd.tracer import isbox
+from numpy import ndarray
+
+# leaves that hold no box (a numpy scalar, a float array)
+_PLAIN = frozenset({ndarray, float, int, bool, complex, str, type(None)})
 
 from ..runtime.stats import LoopStats
-from ..tree import LEAF, flatten, map_leaves, num_leaves, unflatten
+from ..tree import LEAF, flatten, map_leaves, num_leaves, reaches, unflatten
 
 
 class InternalError(RuntimeError):
@@ -31,14 +35,33 @@ class InternalError(RuntimeError):
 
 def values(tree: Any) -> Any:
     """The tree with container boxes replaced by their values (for shape checks only)."""
-    t = type(tree)
-    if t is SequenceBox or t is DictBox:
-        return values(tree._value)
-    if t is tuple or t is list:
-        return t(values(c) for c in tree)
-    if t is dict:
-        return {k: values(v) for k, v in tree.items()}
-    return tree
+    return map_leaves(_value_of, tree)
+
+
+def _value_of(leaf: Any) -> Any:
+    t = type(leaf)
+    return values(leaf._value) if t is SequenceBox or t is DictBox else leaf
+
+
+CONTAINERS = ("arrays and numbers, in (nested) tuples, lists, namedtuples, dicts, OrderedDicts "
+              "and defaultdicts")
+
+
+def refuse_hidden_boxes(leaves: list, what: str) -> None:
+    """Raise a TypeError where a leaf that is not itself a box holds one (an object of the
+    user's, a subclass of dict or list): its cotangent could not be handed over, and a
+    structure bincheck cannot see into must never drop a cotangent silently."""
+    for v in leaves:
+        if isbox(v) or type(v) in _PLAIN:
+            continue
+        found = reaches(v, isbox)
+        if found is False:
+            continue
+        why = "holds a value being differentiated" if found else \
+            "is too large an object to search for values being differentiated"
+        raise TypeError(f"{what} a {type(v).__module__}.{type(v).__qualname__} that {why}; "
+                        f"bincheck cannot look inside it, so its cotangent would be lost. "
+                        f"Supported: {CONTAINERS}")
 
 
 def expand_boxes(tree: Any) -> Any:

@@ -35,7 +35,7 @@ from ..schedule.simulate import ScheduleError, simulate
 from ..schedule.validate import (check_bool, check_callable, check_disk, check_positive_int,
                                  exactly_one_budget, short_repr)
 from ..tree import flatten, unflatten
-from .boundary import Call, Group, Pending, reverse_traced, values
+from .boundary import Call, Group, Pending, refuse_hidden_boxes, reverse_traced, values
 from .budgets import SizeCache, TapeGuard
 from .primitives import loop_primitive
 from .outputs import Outputs
@@ -58,6 +58,7 @@ class _LoopBase(Configured):
         args = [a for leaves, _ in flat for a in leaves]
         if not any(isbox(a) for a in args):
             return None
+        refuse_hidden_boxes(args, "the loop was given")
         call = Call(self, [Group(d, len(leaves)) for leaves, d in flat],
                     [reverse_traced(a) for a in args])
         packed = loop_primitive(*args, call=call)

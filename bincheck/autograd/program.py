@@ -49,7 +49,7 @@ from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable, che
                                  check_positive_int, exactly_one_budget)
 from ..tree import flatten, unflatten
 from ..schedule.actions import Reverse
-from .boundary import expand_boxes, reverse_traced
+from .boundary import expand_boxes, refuse_hidden_boxes, reverse_traced
 from .expect import Capture, Captured, Expectation
 from .kept import tape_bytes
 from .program_disk import disk_plan
@@ -244,6 +244,7 @@ class CheckpointedProgram(Configured):
         if not any(reverse_traced(v) for v in boxed) or any(isbox(v._value) for v in boxed) or \
                 len({v._trace for v in boxed}) > 1:
             return self.f(*args)
+        refuse_hidden_boxes(leaves, "checkpoint_program's g was given")
         call = ProgramCall(self, lambda ls: tuple(unflatten(tree_def, ls)),
                            {i for i, v in enumerate(leaves) if isbox(v)})
         return call.result(program_primitive(*leaves, call=call))

@@ -36,7 +36,7 @@ from autograd.core import JVPNode, vspace
 from autograd.core import make_vjp as _make_vjp
 from autograd.tracer import isbox, new_box, trace_stack
 
-from ..tree import LEAF, flatten, num_leaves, unflatten
+from ..tree import LEAF, flatten, is_dict_kind, num_leaves, unflatten
 from .boundary import Call, InternalError, differentiable, expand_boxes, zeros
 
 
@@ -66,7 +66,7 @@ def aligned_tangents(treedef: Any, tangent: Any) -> list:
     if treedef is LEAF:
         return [tangent]
     kind, keys, children = treedef
-    if kind is dict:
+    if is_dict_kind(kind):
         parts = [tangent[k] for k in keys]
     else:
         parts = list(tangent)

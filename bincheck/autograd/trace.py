@@ -34,6 +34,7 @@ from autograd.core import VJPNode
 from autograd.tracer import Node, isbox, new_box, notrace_primitives, trace_stack
 
 from ..tree import flatten
+from .boundary import refuse_hidden_boxes
 from .constants import THRESHOLD, column, shape_of
 from .constants import bases as spec_bases
 from .kept import INPUT_VIEW, closure_keeps, held_until, view_owner
@@ -46,10 +47,12 @@ class ClosureError(ValueError):
 def boxable(v: Any) -> bool:
     """A float or complex value (an array or a number), or a tuple / list / dict holding one
     (``np.split``, ``slogdet`` return tuples): what a trace boxes and differentiates."""
+    return any(_float_leaf(x) for x in flatten(v)[0])
+
+
+def _float_leaf(v: Any) -> bool:
     if isinstance(v, (float, complex)) and not isinstance(v, bool):
         return True
-    if isinstance(v, (tuple, list, dict)):
-        return any(boxable(x) for x in flatten(v)[0])
     dtype = getattr(v, "dtype", None)
     return dtype is not None and dtype.kind in "fc"
 
@@ -92,8 +95,9 @@ def value_nbytes(v: Any) -> int:
     """Bytes a value holds (arrays: ``nbytes``; numbers 8; containers: their leaves)."""
     if isinstance(v, np.ndarray):
         return int(v.nbytes)
-    if isinstance(v, (tuple, list, dict)):
-        return sum(value_nbytes(x) for x in flatten(v)[0])
+    leaves = flatten(v)[0]
+    if len(leaves) != 1 or leaves[0] is not v:
+        return sum(value_nbytes(x) for x in leaves)
     return int(getattr(v, "nbytes", 8))
 
 
@@ -366,6 +370,7 @@ def record(f: Callable, leaves: list, rebuild: Callable[[list], tuple],
         tr._t = time.perf_counter()
         result = f(*rebuild(boxes))
         out_leaves, out_def = flatten(result)
+        refuse_hidden_boxes(out_leaves, "checkpoint_program: f returned")
         ids, values = [], []
         for v in out_leaves:
             if isbox(v) and v._trace == level:

@@ -1,0 +1,76 @@
+"""checkpoint_program with the containers and values a review found dropped or refused: dict
+subclasses in and out (OrderedDict, defaultdict), objects bincheck cannot look into, integer
+arrays returned, keyword arguments. Every expected gradient is plain autograd's of ``f``."""
+
+from collections import OrderedDict, defaultdict
+
+import autograd.numpy as np
+import numpy
+import pytest
+from autograd import grad
+
+from bincheck import checkpoint_program
+
+X = numpy.array([0.1, 0.2, 0.3])
+
+
+def body(x):
+    for _ in range(5):
+        x = np.sin(x) * 1.2
+    return x
+
+
+class Holder:
+    def __init__(self, v):
+        self.v = v
+
+
+@pytest.mark.parametrize("make", [OrderedDict, lambda **kw: defaultdict(float, **kw)],
+                         ids=["OrderedDict", "defaultdict"])
+@pytest.mark.parametrize("budget", [{"num_ckpts": 2}, {"memory": 50_000_000}])
+def test_a_dict_subclass_returned_carries_its_cotangents(make, budget):
+    """An OrderedDict or defaultdict was one constant leaf: gradient 0 (plain: nonzero)."""
+    def f(x):
+        return make(a=body(x), b=x ** 2)
+
+    def loss(h):
+        return lambda x: np.sum(h(x)["a"]) + np.sum(h(x)["b"] * x) + np.sum(x ** 2)
+    g = checkpoint_program(f, **budget)
+    want = grad(loss(f))(X)
+    for _ in range(2):              # the second call reuses the first's plan
+        numpy.testing.assert_allclose(grad(loss(g))(X), want, rtol=1e-12)
+    out = g(X)
+    assert type(out) is type(f(X)) and list(out) == ["a", "b"]
+    assert getattr(out, "default_factory", None) is getattr(f(X), "default_factory", None)
+
+
+def test_an_object_holding_the_result_is_refused_not_dropped():
+    """A user's object (or a dict subclass bincheck does not rebuild) holding a traced value
+    cannot hand its cotangent over: a TypeError naming its type, not a zero gradient."""
+    class MyDict(dict):
+        pass
+    for wrap, use, name in [(Holder, lambda o: o.v, "Holder"),
+                            (lambda v: MyDict(a=v), lambda o: o["a"], "MyDict")]:
+        g = checkpoint_program(lambda x: wrap(body(x)), num_ckpts=2)
+        with pytest.raises(TypeError, match=rf"f returned a .*{name} that holds a value being "
+                                             r"differentiated.*Supported: .*OrderedDicts"):
+            grad(lambda x: np.sum(use(g(x))))(X)
+    g = checkpoint_program(lambda x: (np.sum(body(x)), Holder("a label")), num_ckpts=2)
+    assert grad(lambda x: g(x)[0])(X) == pytest.approx(grad(lambda x: np.sum(body(x)))(X))
+
+
+def test_an_ordered_dict_argument_is_a_container():
+    """boxable() recursed forever on a dict subclass (RecursionError)."""
+    def f(x, p):
+        y = x
+        for _ in range(5):
+            y = np.sin(y * p["w"])
+        return np.sum(y)
+    g = checkpoint_program(f, num_ckpts=2)
+    numpy.testing.assert_allclose(grad(g)(X, OrderedDict(w=0.7)),
+                                  grad(f)(X, OrderedDict(w=0.7)), rtol=1e-12)
+    both = grad(lambda x, w: g(x, OrderedDict(w=w)), (0, 1))(X, 0.7)
+    want = grad(lambda x, w: f(x, OrderedDict(w=w)), (0, 1))(X, 0.7)
+    for u, v in zip(both, want):
+        numpy.testing.assert_allclose(u, v, rtol=1e-12)
+
