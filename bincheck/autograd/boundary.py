@@ -19,8 +19,9 @@ from typing import Any
 
 from autograd.builtins import DictBox, SequenceBox
 from autograd.core import VJPNode, vspace
+from autograd.extend import defvjp, primitive
 from autograd.tracer import isbox
-from numpy import ndarray
+from numpy import broadcast_to, float64, ndarray, shape
 
 # leaves that hold no box (a numpy scalar, a float array)
 _PLAIN = frozenset({ndarray, float, int, bool, complex, str, type(None)})
@@ -93,6 +94,23 @@ def differentiable(value: Any) -> bool:
         return True
     dtype = getattr(value, "dtype", None)
     return dtype is not None and dtype.kind in "fc"
+
+
+@primitive
+def as_carried(carrier: Any, value: Any) -> Any:
+    """``value``, an integer array made from a traced float that a primitive returns, boxed by
+    autograd with a float ``carrier`` from the primitive's outputs for a parent: autograd's
+    tuple of outputs cannot sum a float cotangent into an integer slot, so the float slot
+    stands for it and the cotangent passes through unchanged (``astype``'s VJP casts it)."""
+    return value
+
+
+defvjp(as_carried, lambda ans, carrier, value: lambda g: g)
+
+
+def carrier_of(value: Any) -> Any:
+    """The float stand-in of a traced integer output (zero bytes: a broadcast zero)."""
+    return broadcast_to(float64(0.0), shape(value))
 
 
 def zeros(value: Any) -> Any:

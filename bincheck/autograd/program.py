@@ -49,7 +49,8 @@ from ..schedule.validate import (NUM_CKPTS_RULE, check_bool, check_callable, che
                                  check_positive_int, exactly_one_budget)
 from ..tree import flatten, unflatten
 from ..schedule.actions import Reverse
-from .boundary import expand_boxes, refuse_hidden_boxes, reverse_traced
+from .boundary import (as_carried, carrier_of, expand_boxes, refuse_hidden_boxes,
+                       reverse_traced)
 from .expect import Capture, Captured, Expectation
 from .kept import tape_bytes
 from .program_disk import disk_plan
@@ -139,15 +140,18 @@ class ProgramCall:
         stats.trace_bytes = tr.nbytes
         stats.stages = self.plan.stages
         stats.plan_seconds = time.perf_counter() - t1
-        self.packed = [i for i, v in zip(ids, values) if i >= 0 and boxable(v)]
+        # every traced result leaf is an output, an integer array made from a traced float too
+        # (autograd boxes it, pulling its cotangent back through ``astype``): a float carrier
+        self.packed = [i for i in ids if i >= 0]
         stats.library_seconds += time.perf_counter() - t0
-        return tuple(v for i, v in zip(ids, values) if i >= 0 and boxable(v))
+        return tuple(v if boxable(v) else carrier_of(v) for i, v in zip(ids, values) if i >= 0)
 
     def result(self, packed: Any) -> Any:
         """``f``'s result: the primitive's outputs in place of the recorded leaves."""
         ids, values, out_def = self.out
         it = iter(packed[i] for i in range(len(self.packed)))
-        leaves = [next(it) if i >= 0 and boxable(v) else v for i, v in zip(ids, values)]
+        leaves = [v if i < 0 else next(it) if boxable(v) else as_carried(next(it), v)
+                  for i, v in zip(ids, values)]
         return unflatten(out_def, leaves)
 
     def backward(self, argnums: tuple, g: Any) -> tuple:
