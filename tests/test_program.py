@@ -225,6 +225,33 @@ def test_verify_detects_a_captured_array_written_in_place():
             grad(g)(x)
 
 
+@pytest.mark.parametrize("budget", [{"num_ckpts": 1}, {"num_ckpts": 3}, {"memory": 3_000_000}])
+def test_verify_passes_a_deterministic_program_whose_values_hold_nan_and_inf(budget):
+    """A np.where-masked log of a negative holds NaN (and a masked 1/0 inf): the fingerprints'
+    sums were NaN, NaN != NaN, and verify=True raised on a deterministic program. A NaN moved
+    to another place is still caught."""
+    def f(x):
+        y = x
+        for _ in range(4):
+            y = np.where(y > 0, np.log(y + 1.0 * (y > 0)), y * 0.5) + 0.1 * x
+            y = np.where(y != 0, y, 1.0 / (y * 0.0)) * 1.0
+        return np.sum(y ** 2)
+    x = numpy.array([0.5, -0.3, 1.2, -2.0])
+    with numpy.errstate(all="ignore"):
+        g = checkpoint_program(f, verify=True, **budget)
+        for _ in range(2):
+            close([grad(g)(x)], [grad(f)(x)])
+        A = numpy.array([-1.0, 1.0, 2.0])
+
+        def moving(x):          # x * A's sums are the same replayed, log's NaN is elsewhere
+            y = np.log(x * A)
+            A[:] = [1.0, -1.0, 2.0]
+            return np.sum(np.where(np.isnan(y), 0.0, y) * x)
+        h = checkpoint_program(moving, verify=True, num_ckpts=1)
+        with pytest.raises(NondeterministicStepError, match=r"op 1 \(log\)"):
+            grad(h)(numpy.ones(3))
+
+
 def test_live_set_snapshots_hold_only_what_is_used_after_the_cut():
     """Large temporaries die inside each iteration: no snapshot holds a dead one, and the
     recorded live bytes at a cut are exactly the values used after it (hand-counted)."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import sys
 import time
+import zlib
 from array import array
 from typing import Any, Callable
 
@@ -58,10 +59,21 @@ def _float_leaf(v: Any) -> bool:
 
 
 def fingerprint(v: Any) -> tuple:
-    """Two sums that change when a value does (``verify=True``)."""
-    leaves = [np.asarray(x) for x in flatten(v)[0]]
-    return tuple((float(np.sum(x)), float(np.sum(np.abs(x)))) for x in leaves
-                 if x.dtype.kind in "fciu")
+    """Two sums that change when a value does (``verify=True``); of a leaf holding NaN or inf (a
+    ``np.where``-masked ``log``), its finite entries' and where its NaNs, +inf and -inf are: the
+    same NaNs replayed are the same value (NaN != NaN), as ``array_equal(equal_nan=True)``."""
+    return tuple(_sums(np.asarray(x)) for x in flatten(v)[0])
+
+
+def _sums(x: np.ndarray) -> tuple:
+    if x.dtype.kind not in "fciu":
+        return ()
+    if x.dtype.kind in "fc" and not np.isfinite(x).all():
+        finite = np.isfinite(x)
+        where = tuple(zlib.crc32(np.packbits(m)) for m in
+                      (np.isnan(x), np.isinf(x) & (np.real(x) > 0), np.isinf(x) & (np.real(x) < 0)))
+        return (*_sums(np.where(finite, x, 0)), *where)
+    return np.sum(x).item(), np.sum(np.abs(x)).item()
 
 
 # CPython 3.11 keeps up to this many freed tuples of each length (1 to 19) for reuse
