@@ -99,3 +99,23 @@ def test_an_integer_array_returned_carries_its_cotangent_as_in_autograd(budget):
     grad(lambda x: got.append(g(x)) or got[0][1])(X)
     for u, v in zip(got[0][0::2], f(X)[0::2]):      # the values handed out are f's, exactly
         assert u._value.dtype == v.dtype and numpy.array_equal(u._value, v)
+
+
+@pytest.mark.parametrize("budget", [{"num_ckpts": 2}, {"memory": 50_000_000}])
+def test_keyword_arguments_are_passed_to_f_each_call_and_may_be_differentiated(budget):
+    """g is called as f is: ``g(x, scale=2.0)`` raised TypeError (``__call__(*args)``). A
+    keyword argument of another value, or one that changes the program's length, gives that
+    call's own gradient (never the last call's trace), and one holding a traced value is
+    differentiated as a positional one is."""
+    def f(x, scale=1.0, steps=4):
+        for _ in range(steps):
+            x = np.sin(x) * scale
+        return np.sum(x)
+    g = checkpoint_program(f, **budget)
+    assert g(X, scale=2.0) == f(X, scale=2.0)
+    for kw in [{"scale": 2.0}, {"scale": 2.0}, {"scale": 0.5}, {"scale": 0.5, "steps": 7}, {}]:
+        numpy.testing.assert_allclose(grad(g)(X, **kw), grad(f)(X, **kw), rtol=1e-12)
+    both = grad(lambda x, s: g(x, scale=s), (0, 1))(X, 1.3)
+    for u, v in zip(both, grad(lambda x, s: f(x, scale=s), (0, 1))(X, 1.3)):
+        numpy.testing.assert_allclose(u, v, rtol=1e-12)
+    assert g.preview(X, steps=9).plain_ops >= 0

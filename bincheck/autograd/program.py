@@ -79,7 +79,6 @@ GROUP_BYTES = 160               # grouping's arrays and bounds, per group (trace
 MODEL_SHARE = 0.9
 FREE_LIST_B = 96 * 1024
 
-
 # Above this many ops a ``num_ckpts`` plan is Revolve's over the ops: it needs no per-op times or
 # bytes, so the recording drops them (the forward then holds the trace alone)
 REVOLVE_ABOVE = 64
@@ -91,7 +90,8 @@ class ProgramCall:
 
     def __init__(self, program: "CheckpointedProgram", rebuild: Callable,
                  wanted: set | None = None) -> None:
-        self.program, self.rebuild, self.wanted = program, rebuild, wanted   # boxed leaves
+        # rebuild: leaves -> (args, kwargs); wanted: the boxed leaves
+        self.program, self.rebuild, self.wanted = program, rebuild, wanted
         self.stats = ProgramStats()
         self.trace: Trace | None = None
         self.inputs: list = []
@@ -115,7 +115,7 @@ class ProgramCall:
                 tr.watch = capture[0].made
                 tr.taping = capture[0].taping
         tr, (ids, values, out_def) = record(
-            program.f, self.inputs, self.rebuild, program.verify,
+            lambda a, kw: program.f(*a, **kw), self.inputs, self.rebuild, program.verify,
             REVOLVE_ABOVE if program.memory is None else None, started, self.wanted)
         tr.watch = tr.taping = None
         t1 = time.perf_counter()
@@ -241,15 +241,16 @@ class CheckpointedProgram(Configured):
         disk = "" if self.disk is None else f", disk={self.disk!r}"
         return f"checkpoint_program({name}, {budget}{disk})"
 
-    def __call__(self, *args: Any) -> Any:
-        leaves, tree_def = flatten(expand_boxes(args))
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # keyword arguments are leaves as positional ones are (recorded anew each call)
+        leaves, tree_def = flatten(expand_boxes((args, kwargs)))
         boxed = [v for v in leaves if isbox(v)]
         # not differentiated (or forward mode), or a derivative of the gradient: f itself
         if not any(reverse_traced(v) for v in boxed) or any(isbox(v._value) for v in boxed) or \
                 len({v._trace for v in boxed}) > 1:
-            return self.f(*args)
+            return self.f(*args, **kwargs)
         refuse_hidden_boxes(leaves, "checkpoint_program's g was given")
-        call = ProgramCall(self, lambda ls: tuple(unflatten(tree_def, ls)),
+        call = ProgramCall(self, lambda ls: unflatten(tree_def, ls),
                            {i for i, v in enumerate(leaves) if isbox(v)})
         return call.result(program_primitive(*leaves, call=call))
 
@@ -353,12 +354,12 @@ class CheckpointedProgram(Configured):
         return ProgramPlan(plan, n, chain.work + (slots + 1) * big + tape,
                            plan.plain_steps * mean_plain + n * mean_taped, plan.plain_steps, n)
 
-    def preview(self, *args: Any) -> "ProgramPlan":
-        """Record ``f(*args)`` once and return the plan a gradient with respect to every
-        argument would use: ``peak_bytes`` and ``seconds`` predicted, ``plain_ops`` and
+    def preview(self, *args: Any, **kwargs: Any) -> "ProgramPlan":
+        """Record ``f(*args, **kwargs)`` once and return the plan a gradient with respect to
+        every argument would use: ``peak_bytes`` and ``seconds`` predicted, ``plain_ops`` and
         ``taped_ops`` of the replay."""
-        leaves, tree_def = flatten(expand_boxes(args))
-        call = ProgramCall(self, lambda ls: tuple(unflatten(tree_def, ls)))
+        leaves, tree_def = flatten(expand_boxes((args, kwargs)))
+        call = ProgramCall(self, lambda ls: unflatten(tree_def, ls))
         call.forward(tuple(leaves), learn=False)
         return call.plan
 
@@ -366,8 +367,8 @@ class CheckpointedProgram(Configured):
 def checkpoint_program(f: Callable, num_ckpts: int | None = None, *,
                        memory: int | str | None = None, disk: bool | str | None = None,
                        verify: bool = False) -> CheckpointedProgram:
-    """``g = checkpoint_program(f, num_ckpts=20)`` (or ``memory="50MB"``): ``g(*args)`` returns
-    ``f(*args)``, and ``grad``/``make_vjp``/``jacobian`` of ``g`` equal plain autograd's of ``f``
+    """``g = checkpoint_program(f, num_ckpts=20)`` (or ``memory="50MB"``): ``g(*args, **kw)``
+    returns ``f(*args, **kw)``, and ``grad``/``make_vjp``/``jacobian`` of ``g`` equal plain autograd's of ``f``
     while holding at most ``num_ckpts`` snapshots (the empty one at the start included) of the
     values live at a cut, or within ``memory`` bytes, the recorded trace included. ``f`` is any
     function autograd can differentiate (arrays, floats, nested tuples/lists/dicts, Python
