@@ -368,8 +368,8 @@ def checkpoint_program(f: Callable, num_ckpts: int | None = None, *,
                        memory: int | str | None = None, disk: bool | str | None = None,
                        verify: bool = False) -> CheckpointedProgram:
     """``g = checkpoint_program(f, num_ckpts=20)`` (or ``memory="50MB"``): ``g(*args, **kw)``
-    returns ``f(*args, **kw)``, and ``grad``/``make_vjp``/``jacobian`` of ``g`` equal plain autograd's of ``f``
-    while holding at most ``num_ckpts`` snapshots (the empty one at the start included) of the
+    returns ``f(*args, **kw)``, and ``grad``/``make_vjp``/``jacobian`` of ``g`` equal plain
+    autograd's of ``f`` while holding at most ``num_ckpts`` snapshots (the empty one at the start included) of the
     values live at a cut, or within ``memory`` bytes, the recorded trace included. ``f`` is any
     function autograd can differentiate (arrays, floats, nested tuples/lists/dicts, Python
     control flow on values, closures over its arguments, ``@primitive``\\ s). Each call records
