@@ -616,3 +616,37 @@ def test_arguments_not_differentiated_are_constants_as_in_autograd():
         g = checkpoint_program(f, **budget)
         for _ in range(2):
             close([grad(g, 0)(*args)], [grad(f, 0)(*args)], rtol=1e-12)
+
+
+def _sort_steps(x):
+    for _ in range(8):
+        x = np.tanh(np.cumsum(np.sort(x)) * 1e-3 + x * 0.9)
+    return np.sum(x)
+
+
+def _logsumexp_steps(x):
+    from autograd.scipy.special import logsumexp
+    for _ in range(8):
+        x = np.tanh(logsumexp(x) * 1e-3 + x * 0.9)
+    return np.sum(x)
+
+
+@pytest.mark.parametrize("f, times", [(_sort_steps, 1.0), (_logsumexp_steps, 1.05)])
+def test_a_budget_holds_where_a_vjp_holds_many_times_its_array(f, times):
+    """``np.sort``'s VJP holds 7x its array, ``logsumexp``'s 5x, where the model allowed every
+    VJP 3x: these measured 1.035x and 1.057x ``memory=`` (a probe's programs: 1.02-1.10x).
+    First and repeated calls, at (a multiple of) the least budget the refusal names."""
+    import re
+    x = rng.randn(50_000)
+    with pytest.raises(ValueError) as refused:
+        grad(checkpoint_program(f, memory=1000))(x)
+    memory = int(times * int(re.search(r"(\d+) bytes in all", str(refused.value)).group(1)))
+    g = checkpoint_program(f, memory=memory)
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    got = grad(g)(x)
+    first = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    repeated = _peak(lambda: grad(g)(x))
+    assert max(first, repeated) <= memory, (first / memory, repeated / memory)
+    close(got, grad(f)(x))

@@ -195,3 +195,56 @@ def held_until(tr: Any) -> np.ndarray:
         views = np.flatnonzero(owner >= 0)
         np.maximum.at(last, owner[views] - n_in, last[views])
     return last
+
+
+# What a VJP holds at its peak while it runs (its temporaries and the cotangents it returns), in
+# multiples of the largest of its op's arguments and result, where that is more than the 3 the
+# sweep's working set allows every op (``tanh``'s), rounded up from
+# benchmarks/programs/results/vjp-peaks.md (``python -m benchmarks.programs.vjp_peaks``: each
+# primitive's VJP under tracemalloc on 1-D float64 arrays): ``np.sort``'s VJP holds 7x its array
+# (an argsort, an inverse permutation and a gather), ``logsumexp``'s 5x; a program of them held
+# 1.02-1.10x its ``memory=`` before (round 4 session 9's probe). Primitives of modules the
+# program never imported are not looked up.
+VJP_PEAKS = {
+    "autograd.scipy.stats.t": {"cdf": 12.0, "logcdf": 9.7, "pdf": 6.0, "logpdf": 5.0},
+    "autograd.scipy.stats.norm": {"logsf": 8.2, "sf": 7.2, "logcdf": 6.4, "cdf": 6.2},
+    "autograd.numpy.numpy_wrapper": {"sort": 7.0, "arctan2": 4.0, "angle": 4.0,
+                                     "minimum": 3.3, "maximum": 3.3, "fmin": 3.3, "fmax": 3.3,
+                                     "min": 3.2, "max": 3.2, "amin": 3.2, "amax": 3.2},
+    "autograd.scipy.stats.poisson": {"cdf": 6.4, "pmf": 3.2},
+    "autograd.scipy.special": {"polygamma": 5.2, "logsumexp": 5.0, "beta": 5.0, "yn": 4.0,
+                               "betainc": 4.0, "betaln": 4.0, "jn": 4.0, "ive": 4.0,
+                               "iv": 4.0},
+    "autograd.scipy.stats.beta": {"cdf": 4.0, "pdf": 4.0},
+    "autograd.scipy.stats.gamma": {"pdf": 4.0},
+    "autograd.scipy.stats.chi2": {"pdf": 3.2},
+}
+
+
+def _vjp_peaks() -> dict:
+    """:data:`VJP_PEAKS` by primitive, of the modules imported."""
+    import sys
+    found = {}
+    for module, peaks in VJP_PEAKS.items():
+        mod = sys.modules.get(module)
+        for name, times in peaks.items():
+            fun = getattr(mod, name, None) if mod is not None else None
+            if fun is not None:
+                found[fun] = max(times, found.get(fun, 0.0))
+    return found
+
+
+def vjp_peak(tr: Any, out_bytes: np.ndarray, input_bytes: list[int]) -> int:
+    """The most one op's VJP holds at once, of the ops whose primitive is in :data:`VJP_PEAKS`
+    (its multiple of the largest of the op's traced arguments and its result); 0 if none."""
+    peaks = _vjp_peaks()
+    times = np.array([peaks.get(t[0], 0.0) for t in tr.templates] or [0.0])
+    tmpl = np.frombuffer(tr.tmpl, dtype=np.uint32)
+    n_in, most = tr.n_in, 0
+    for k in np.flatnonzero(times[tmpl] > 0).tolist():
+        t, s0 = int(tmpl[k]), tr.start[k]
+        args = [int(out_bytes[p - n_in]) if p >= n_in else
+                input_bytes[p] if p < len(input_bytes) else 0
+                for p in tr.parents[s0:s0 + tr.arity[t]]]
+        most = max(most, int(times[t] * max(args + [int(out_bytes[k])])))
+    return most

@@ -52,7 +52,7 @@ from ..schedule.actions import Reverse
 from .boundary import (as_carried, carrier_of, expand_boxes, refuse_hidden_boxes,
                        reverse_traced)
 from .expect import Capture, Captured, Expectation
-from .kept import tape_bytes
+from .kept import tape_bytes, vjp_peak
 from .program_disk import disk_plan
 from .probe import INTERPRETER_BYTES
 from .replay import Recorded, Replay, env_nbytes
@@ -273,8 +273,8 @@ class CheckpointedProgram(Configured):
         sizes = [value_nbytes(v) for i, v in enumerate(self_inputs) if tr.dep[i]]  # wanted
         inputs, largest = sum(sizes), max(sizes, default=0)
         out_max = int(out_bytes.max())
-        work = int(cuts.max()) + inputs + max(largest + out_max, 3 * out_max) + \
-            SWEEP_OVERHEAD_B
+        work = int(cuts.max()) + inputs + SWEEP_OVERHEAD_B + max(largest + out_max, 3 * out_max,
+            vjp_peak(tr, out_bytes, [value_nbytes(v) for v in self_inputs]))   # sort's: 7
         tape, back = tape_bytes(tr, out_bytes, TAPED_OVERHEAD_B)
         chain = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S, tape,
                       cuts + SNAPSHOT_OVERHEAD_B, work, back=back)
