@@ -201,3 +201,25 @@ def test_a_module_writing_into_a_view_of_its_buffer_is_refused_saying_where_it_b
     norm = torch.nn.InstanceNorm1d(3, track_running_stats=True)
     with pytest.raises(NotImplementedError, match="InstanceNorm .*outside the checkpointed"):
         bt.checkpoint(norm, torch.randn(2, 3, 5, requires_grad=True), num_ckpts=1)
+
+
+@pytest.mark.parametrize("kw", [dict(num_ckpts=2), dict(memory=10 ** 9)])
+def test_an_lstm_in_float32_replays_its_workspace(kw):
+    """On the CPU a float32 ``nn.LSTM`` runs ``mkldnn_rnn_layer``, which returns its backward's
+    workspace only with grad mode on: replayed under ``no_grad`` it returned none, and the
+    backward raised a bare ``KeyError``. Float32 both ways: the same kernels, the same values."""
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(4, 8, num_layers=2, batch_first=True).float()
+    x = torch.randn(3, 5, 4, dtype=torch.float32, requires_grad=True)
+
+    def grads(module):
+        x.grad = None
+        lstm.zero_grad()
+        out, (h, c) = module(x)
+        (out.sum() + h.pow(2).sum()).backward()
+        return [x.grad] + [p.grad for p in lstm.parameters()]
+    want = grads(lstm)
+    net = bt.checkpoint_module(lstm, **kw)
+    for _ in range(2):
+        for a, b in zip(grads(net), want):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)

@@ -13,6 +13,10 @@ import torch
 # ops whose schema does not declare the running statistics they write (positions 3 and 4,
 # written when ``training``, argument 5, is true)
 _BATCH_NORMS = {"native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm"}
+# ops whose results depend on grad mode: the fused RNNs return their backward's workspace only
+# with it on (``mkldnn_rnn_layer``: an LSTM in float32 on the CPU); replays run them in the mode
+# they ran in
+GRAD_MODE_OPS = {"mkldnn_rnn_layer", "mkldnn_rnn_layer_backward", "_cudnn_rnn", "miopen_rnn"}
 
 
 def rng_state(device: torch.device) -> Any:
@@ -94,7 +98,8 @@ _FACTS: dict[int, tuple] = {}
 def op_facts(func) -> tuple:
     """What the recorder asks of an aten op on every call, worked out once per op: ``(func,
     does it draw random numbers, the schema indices of the arguments it writes into, is it a
-    BatchNorm, its arguments' names)``. By ``id``: an ``OpOverload`` lives as long as torch."""
+    BatchNorm, its arguments' names, do its results depend on grad mode)``. By ``id``: an
+    ``OpOverload`` lives as long as torch."""
     facts = _FACTS.get(id(func))
     if facts is None or facts[0] is not func:
         schema = func._schema
@@ -103,14 +108,15 @@ def op_facts(func) -> tuple:
             if schema.is_mutable else ()
         facts = _FACTS[id(func)] = (func, torch.Tag.nondeterministic_seeded in func.tags,
                                     written, func._opname in _BATCH_NORMS,
-                                    [a.name for a in schema.arguments])
+                                    [a.name for a in schema.arguments],
+                                    func._opname in GRAD_MODE_OPS)
     return facts
 
 
 def written_positions(func, flat: list, spec: tuple) -> list[int]:
     """Positions in the flattened arguments (:func:`flatten_args`) of the tensors ``func``
     writes into: those its schema marks as written, or BatchNorm's running statistics."""
-    _, _, written, batch_norm, names = op_facts(func)
+    _, _, written, batch_norm, names, _ = op_facts(func)
     if not written:
         if not (batch_norm and spec[0] > 5 and flat[5]):
             return []

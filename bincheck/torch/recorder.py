@@ -245,6 +245,8 @@ class _Recorder(TorchDispatchMode):
                               kwargs.get("device") or torch.device("cpu"))
                 state = rng_state(torch.device(device))
             tr.rng_bytes += state[2].numel()
+        if facts[5]:
+            tr.grad_mode[k] = torch.is_grad_enabled()
         t0 = time.perf_counter()
         out = func._op(*args, **kwargs)
         tr.seconds.append(time.perf_counter() - t0)

@@ -89,14 +89,22 @@ class Replay:
         simple = self.simple.get(t)
         if simple is None:          # positional leaves only: the flat list is the arguments
             simple = self.simple[t] = not spec[1] and all(x is None for x in spec[2])
-        if simple:
-            out = func._op(*flat)
-        else:
-            args, kwargs = unflatten_args(flat, spec)
-            out = func._op(*args, **kwargs)
+        grad_mode = tr.grad_mode.get(k) if tr.grad_mode else None
+        if grad_mode:               # as in the forward, building no graph (no input needs one)
+            flat = [a.detach() if isinstance(a, torch.Tensor) else a for a in flat]
+        with torch.enable_grad() if grad_mode else contextlib.nullcontext():
+            if simple:
+                out = func._op(*flat)
+            else:
+                args, kwargs = unflatten_args(flat, spec)
+                out = func._op(*args, **kwargs)
         results = [out] if type(out) is torch.Tensor else tensors_of(out)
         if extra is not None:
             results += [flat[pos] for pos, _ in extra[0]]
+        if len(results) != tr.nout[k] + (len(extra[0]) if extra is not None else 0):
+            raise NondeterministicStepError(
+                f"op {k} ({func}) gave {len(results)} tensors when replayed, another number "
+                f"than when the forward ran: it cannot be replayed (please report it)")
         prints = tr.prints
         if prints is not None:
             for v, r in zip(tr.made(k), results):

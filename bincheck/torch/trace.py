@@ -83,6 +83,7 @@ class Trace:
         self.tmpl, self.start, self.slot_ids = array("i"), array("i"), array("i")
         self.first, self.nout = array("i"), array("i")
         self.extra: dict[int, tuple] = {}     # op -> (writes, copies, rng state or None)
+        self.grad_mode: dict[int, bool] = {}  # op of ops.GRAD_MODE_OPS -> grad mode it ran in
         self.externals: list[torch.Tensor] = []
         # sizes in 4-byte words while they fit (:meth:`widen` makes a column 8-byte words once
         # one does not); times in single precision (a planner's estimate)
