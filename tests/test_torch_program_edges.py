@@ -223,3 +223,26 @@ def test_an_lstm_in_float32_replays_its_workspace(kw):
     for _ in range(2):
         for a, b in zip(grads(net), want):
             torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("kw", [dict(num_ckpts=2), dict(memory="2MB")])
+def test_a_forward_whose_graph_is_dropped_unused_leaves_nothing_allocated(kw):
+    """Evaluation under grad mode, a skipped batch: a repeated call's forward takes snapshots
+    and tape whose ``grad_fn`` held the graph, whose saved-tensor hooks held them: a cycle
+    through autograd's nodes that ``gc`` cannot collect (1 MB leaked a call here)."""
+    import gc
+    from tests.torch_helpers import allocation_peak
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 128), *[
+        m for _ in range(4) for m in (torch.nn.Linear(128, 128), torch.nn.Tanh())])
+    net = bt.checkpoint_module(model, **kw)
+    x = torch.randn(128, 8)
+    net(x).sum().backward()                 # planned: later forwards take its snapshots
+
+    def dropped():
+        for _ in range(3):
+            y = net(x)
+            del y
+        gc.collect()
+    _, _, left = allocation_peak(dropped, net=True)
+    assert left == 0

@@ -164,7 +164,12 @@ class _Recorder(TorchDispatchMode):
         if k in self.capture:                     # a snapshot the expected plan keeps
             hold = self.hold
             got = {v: hold[v]() for v in self.capture[k] if v in hold}
-            self.captured[k] = got = {v: t for v, t in got.items() if t is not None}
+            # detached: a forward tensor's ``grad_fn`` holds the graph, whose saved-tensor
+            # hooks hold the call holding its snapshots: a cycle through autograd's nodes that
+            # the garbage collector cannot see (a graph dropped unused leaked them all)
+            with no_dispatch():
+                got = {v: t.detach() for v, t in got.items() if t is not None}
+            self.captured[k] = got
             for v in [v for v in hold if self.need[v] <= k]:
                 del hold[v]
             if len(got) != len(self.capture[k]) or \
@@ -337,7 +342,8 @@ class _Recorder(TorchDispatchMode):
         tr.saver_ks.append(k)
         tr.saved[tr.group[v]] = 1               # a storage counts once, whichever version
         if self.keep_from is not None and k >= self.keep_from - 1:
-            self.kept[v] = t
+            with no_dispatch():                 # (no cycle: see the captures)
+                self.kept[v] = t.detach()
             g = tr.group[v]
             if g not in self.kept_groups:
                 self.kept_groups.add(g)
