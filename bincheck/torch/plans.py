@@ -44,7 +44,8 @@ class ProgramPlan:
         if self.keep_from is not None:          # what the recorder's pack keeps from there on
             starts, ks = trace.saver_start, trace.saver_ks
             kept = trace.storage_bytes(v for v in range(len(trace.group)) if any(
-                k >= self.keep_from - 1 for k in ks[starts[v]:starts[v + 1]]))
+                k >= self.keep_from or k == self.keep_from - 1 == trace.defined[v]
+                for k in ks[starts[v]:starts[v + 1]]))
         self.plan0 = Plan0(capture, self.keep_from, trace.n, sizes, kept)
 
     def __repr__(self) -> str:

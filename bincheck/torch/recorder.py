@@ -77,6 +77,7 @@ class _Recorder(TorchDispatchMode):
         self.hold: dict[int, weakref.ref] = {}
         self.captured: dict[int, dict] = {}
         self.kept: dict[int, torch.Tensor] = {}
+        self.maybe: list[int] = []                # kept: the result of the op before the cut
         if verify:
             trace.prints = {}
         self.ids: dict[int, int] = {}             # id(tensor) -> value, while it lives
@@ -213,6 +214,12 @@ class _Recorder(TorchDispatchMode):
                     grad_in += nb
                     if v >= 0:
                         tr.put("grad_bytes", v, nb)
+        if self.maybe and k == self.keep_from:
+            # saved by the op before the cut (not the segment's) unless this one reads it
+            for v in self.maybe:
+                if v not in vals:
+                    self.kept.pop(v, None)
+            self.maybe = []
         written = written_positions(func, flat, spec) if facts[2] or facts[3] else ()
         copies = []
         if written:
@@ -341,7 +348,12 @@ class _Recorder(TorchDispatchMode):
         tr.saver_v.append(v)
         tr.saver_ks.append(k)
         tr.saved[tr.group[v]] = 1               # a storage counts once, whichever version
-        if self.keep_from is not None and k >= self.keep_from - 1:
+        # the plan's first taped segment (ops from ``keep_from`` on) keeps what its nodes save:
+        # those packed once the op before it ran (an input is packed before its op runs; after
+        # that op, a result packed is its own op's or the next op's input: see ``maybe``)
+        if self.keep_from is not None and n >= self.keep_from:
+            if n == self.keep_from and k == n - 1:
+                self.maybe.append(v)
             with no_dispatch():                 # (no cycle: see the captures)
                 self.kept[v] = t.detach()
             g = tr.group[v]
