@@ -301,3 +301,15 @@ def test_a_stack_of_every_step_is_priced_once_not_once_per_input():
         assert peak <= memory
         for a, b in zip(model.parameters(), plain.parameters()):
             torch.testing.assert_close(a.grad, b.grad, rtol=RTOL, atol=0)
+
+
+def test_a_checkpointed_module_shows_its_model_s_mode():
+    """``model.eval()`` called on the model itself left ``net.training`` True."""
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
+    net = bt.checkpoint_module(model, num_ckpts=2)
+    model.eval()
+    assert net.training is False
+    net.train()
+    assert model.training and model[1].training and net.training
+    net.eval()
+    assert not model.training and not model[1].training and not net.training

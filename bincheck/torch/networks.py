@@ -94,14 +94,26 @@ class CheckpointedModule(nn.Module):
         self._buffers = model._buffers
         self._modules = model._modules
         self._non_persistent_buffers_set = model._non_persistent_buffers_set
-        self.training = model.training
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.program(*args, **kwargs)
 
+    @property
+    def training(self) -> bool:
+        """The model's mode (``model.eval()`` called directly shows here too)."""
+        model = self.__dict__.get("model")
+        return model.training if model is not None else self.__dict__.get("_mode", True)
+
+    @training.setter
+    def training(self, mode: bool) -> None:
+        model = self.__dict__.get("model")
+        if model is None:                   # nn.Module.__init__, before the model is set
+            self.__dict__["_mode"] = mode
+        else:
+            model.training = mode
+
     def train(self, mode: bool = True) -> "CheckpointedModule":
         self.model.train(mode)
-        self.training = mode
         return self
 
     @property
