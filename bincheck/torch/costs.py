@@ -33,8 +33,10 @@ benchmarks/program/results/budgets.md.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from ..schedule.chain import Chain
+from .ops import unflatten_args
 from .trace import Trace
 
 # what a taped op costs beside three times its plain time (autograd's node, the replay's Python)
@@ -175,7 +177,38 @@ def scratch(tr: Trace) -> np.ndarray:
             out[j] = max((tr.grad_bytes[v] if v >= 0 else
                           ext[-1 - v].numel() * ext[-1 - v].element_size()
                           if ext_grad[-1 - v] else 0 for v in tr.values(j)), default=0)
+        if name == "convolution":
+            out[j] = max(out[j], conv_scratch(tr, j))
     return out
+
+
+def conv_scratch(tr: Trace, j: int) -> int:
+    """What a CPU convolution's backward (``j``, kernel larger than 1x1) holds beside its
+    gradients, as measured under the profiler's meter (a probe found 3x3 convolutions 1.3-1.4x
+    their predicted peak): oneDNN's (float32, bfloat16, float16) at most twice its input and its
+    output once (``2 in + out``: 3.01 MiB measured for 24 to 8 channels, 64x64, batch 4, 3.0
+    by this), or its weight's size where larger; the slow path's (float64) its im2col columns,
+    the kernel's size times the input channels times the output pixels (27 MiB there, 9 times
+    the input)."""
+    func, spec, consts, _, _ = tr.templates[tr.tmpl[j]]
+    vals = tr.values(j)
+    if len(vals) < 2 or vals[1] >= 0:
+        return 0
+    w = tr.externals[-1 - vals[1]]
+    kk = int(np.prod(w.shape[2:])) if w.dim() > 2 else 1
+    if kk == 1 or w.device.type != "cpu":
+        return 0
+    v = vals[0]
+    inb = tr.group_bytes[tr.group[v]] if v >= 0 else \
+        tr.externals[-1 - v].numel() * tr.externals[-1 - v].element_size()
+    outb = int(tr.out_bytes[j])
+    if w.dtype in (torch.float32, torch.bfloat16, torch.float16):
+        return max(2 * inb + outb, w.numel() * w.element_size())
+    args = unflatten_args(list(consts), spec)[0]
+    groups = args[8] if len(args) > 8 and type(args[8]) is int else 1
+    if len(args) > 6 and args[6]:           # transposed: (in, out / groups, ...) weights
+        return kk * inb * w.shape[1] * groups // max(1, w.shape[0])
+    return kk * outb * w.shape[1] * groups // max(1, w.shape[0])
 
 
 def accumulation(tr: Trace) -> np.ndarray:
