@@ -339,3 +339,22 @@ def test_a_convolution_s_backward_scratch_is_within_the_budget(dtype):
             model.zero_grad(set_to_none=True)
             _, peak = allocation_peak(lambda: net(x).sum().backward())
             assert peak <= memory, (memory / least, peak / memory)
+
+
+def test_a_backward_inside_the_function_is_refused_naming_it():
+    """A gradient penalty inside the checkpointed function raised ``AttributeError`` from the
+    saved-tensor hook (no trace yet); the next plain and checkpointed calls still work."""
+    w = torch.randn(4, 4, requires_grad=True)
+
+    def penalised(x):
+        x = x.detach().requires_grad_()
+        y = (x @ w).tanh()
+        g, = torch.autograd.grad(y.sum(), x, create_graph=True)
+        return y.sum() + g.pow(2).sum()
+
+    with pytest.raises(NotImplementedError, match="gradient penalty"):
+        bt.checkpoint(penalised, torch.randn(3, 4), num_ckpts=2)
+    x = torch.randn(3, 4, requires_grad=True)
+    want, = torch.autograd.grad((x @ w).tanh().sum(), x)
+    bt.checkpoint(lambda a: (a @ w).tanh(), x, num_ckpts=2).sum().backward()
+    torch.testing.assert_close(x.grad, want, rtol=RTOL, atol=0)

@@ -129,6 +129,14 @@ class ProgramCall:
         self._finish()
 
     def unpack(self, saved: Any) -> torch.Tensor:
+        if self.trace is None:              # a backward inside the forward being recorded
+            if saved.t is not None:
+                return saved.t
+            raise NotImplementedError(
+                "bincheck.torch: the checkpointed function differentiates part of itself "
+                "(torch.autograd.grad or .backward() inside it, such as a gradient penalty): "
+                "the recording replaces what autograd saves, so that inner backward cannot "
+                "run; compute it outside the checkpointed function")
         if not self.checked:                # once per backward: nothing read was changed since
             self.trace.check_versions()
             self._check_results()
