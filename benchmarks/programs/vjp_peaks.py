@@ -1,8 +1,8 @@
 """What each autograd primitive's VJP holds at its peak, the source of ``VJP_PEAKS`` in
 ``bincheck/autograd/kept.py``: for every primitive autograd defines a VJP for (numpy, its fft
 and linalg, scipy.special and scipy.stats), on 1-D float64 arrays of 100,000 entries taking 1, 2
-or 3 of them, every argument and each alone differentiated, the VJP call's tracemalloc peak over
-the largest of the op's arguments and result. ``python -m benchmarks.programs.vjp_peaks``
+or 3 of them (numpy.linalg's: 200x200 matrices), every argument and each alone differentiated,
+the VJP call's tracemalloc peak over the largest of the op's arguments and results. ``python -m benchmarks.programs.vjp_peaks``
 writes ``results/vjp-peaks.md`` (those above 3: the multiple every VJP is priced at)."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ MODULES = ["autograd.numpy", "autograd.numpy.fft", "autograd.numpy.linalg",
            "autograd.scipy.special"] + [f"autograd.scipy.stats.{m}" for m in
                                         ("norm", "t", "gamma", "beta", "poisson", "chi2")]
 N = 100_000
+M = 200                 # numpy.linalg's: square matrices of M x M (the first one SPD)
 
 
 def measure() -> list[tuple[float, str]]:
@@ -35,21 +36,30 @@ def measure() -> list[tuple[float, str]]:
                     pass
     rng = numpy.random.RandomState(0)
     arrays = [rng.rand(N) + 0.5 for _ in range(3)]
+    a = rng.rand(M, M)
+    square = [a @ a.T + M * numpy.eye(M), rng.rand(M, M), rng.rand(M, M)]    # SPD first
     found = []
     for p, name in names.items():
         most = None
-        for n in (1, 2, 3):
-            args = tuple(arrays[:n])
+        trials = [(tuple(square[:n]), {}) for n in (1, 2)] if ".linalg." in name else \
+            [(tuple(arrays[:n]), {}) for n in (1, 2, 3)]
+        if name.endswith(".svd"):
+            trials = [((square[1],), {"full_matrices": False}),
+                      ((square[1],), {"compute_uv": False})]
+        for args, kw in trials:
+            n = len(args)
             try:
-                ans = numpy.asarray(p.fun(*args))
+                ans = p.fun(*args, **kw)
             except Exception:               # noqa: BLE001 - not this many arguments
                 continue
-            if ans.dtype.kind not in "fc":
+            outs = ans if isinstance(ans, tuple) else (ans,)
+            if any(numpy.asarray(o).dtype.kind not in "fc" for o in outs):
                 break
             for argnums in [tuple(range(n))] + [(i,) for i in range(n)]:
                 try:
-                    vjp = primitive_vjps[p](argnums, ans, args, {})
-                    g = numpy.ones_like(ans) if ans.shape else 1.0
+                    vjp = primitive_vjps[p](argnums, ans, args, kw)
+                    g = tuple(numpy.ones_like(o) for o in outs) if isinstance(ans, tuple) \
+                        else numpy.ones_like(ans) if numpy.shape(ans) else 1.0
                     tracemalloc.start()
                     base = tracemalloc.get_traced_memory()[0]
                     vjp(g)
@@ -58,9 +68,11 @@ def measure() -> list[tuple[float, str]]:
                     continue
                 finally:
                     tracemalloc.stop()
-                times = peak / max([a.nbytes for a in args] + [ans.nbytes])
+                times = peak / max([x.nbytes for x in args] +
+                                   [numpy.asarray(o).nbytes for o in outs])
                 most = times if most is None else max(most, times)
-            break
+            if not kw:
+                break
         if most is not None:
             found.append((most, name))
     return sorted(found, reverse=True)
@@ -73,7 +85,7 @@ def main() -> None:
     out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "vjp-peaks.md")
     with open(out, "w", encoding="utf-8") as f:
         f.write(f"# A VJP's peak over its op's largest array (autograd {version('autograd')}, "
-                f"numpy {numpy.__version__}, N={N}, tracemalloc)\n\n"
+                f"numpy {numpy.__version__}, N={N}, linalg {M}x{M}, tracemalloc)\n\n"
                 f"{len(rows)} primitives measured; those above 3:\n\n"
                 "| primitive | peak / largest array |\n|---|---:|\n")
         for times, name in rows:

@@ -201,10 +201,10 @@ def held_until(tr: Any) -> np.ndarray:
 # multiples of the largest of its op's arguments and result, where that is more than the 3 the
 # sweep's working set allows every op (``tanh``'s), rounded up from
 # benchmarks/programs/results/vjp-peaks.md (``python -m benchmarks.programs.vjp_peaks``: each
-# primitive's VJP under tracemalloc on 1-D float64 arrays): ``np.sort``'s VJP holds 7x its array
-# (an argsort, an inverse permutation and a gather), ``logsumexp``'s 5x; a program of them held
-# 1.02-1.10x its ``memory=`` before (round 4 session 9's probe). Primitives of modules the
-# program never imported are not looked up.
+# primitive's VJP under tracemalloc on 1-D float64 arrays, 200x200 matrices for numpy.linalg's):
+# ``np.sort``'s VJP holds 7x its array (an argsort, an inverse permutation and a gather),
+# ``logsumexp``'s 5x, ``svd``'s 9x its matrix; programs of them held 1.02-1.18x ``memory=``
+# before (round 4 session 9's probes). Modules the program never imported are not looked up.
 VJP_PEAKS = {
     "autograd.scipy.stats.t": {"cdf": 12.0, "logcdf": 9.7, "pdf": 6.0, "logpdf": 5.0},
     "autograd.scipy.stats.norm": {"logsf": 8.2, "sf": 7.2, "logcdf": 6.4, "cdf": 6.2},
@@ -218,6 +218,8 @@ VJP_PEAKS = {
     "autograd.scipy.stats.beta": {"cdf": 4.0, "pdf": 4.0},
     "autograd.scipy.stats.gamma": {"pdf": 4.0},
     "autograd.scipy.stats.chi2": {"pdf": 3.2},
+    "autograd.numpy.linalg": {"svd": 9.3, "eigh": 7.5, "eig": 7.1, "pinv": 4.1,
+                              "cholesky": 3.1},
 }
 
 

@@ -268,13 +268,14 @@ class CheckpointedProgram(Configured):
         out_bytes = np.frombuffer(tr.out_bytes, dtype=np.int64)
         # what a sweep holds beside its snapshots and the live values (the chain counts those):
         # the cotangents at the adjoint's cut (a live set), the inputs' cotangents (summed in
-        # place), the sweep's own objects, and what a VJP makes at once: the cotangents it
-        # pulls back (pull_back hands each over as it arrives) or its temporaries (tanh's: 3)
+        # place), the sweep's own objects, and what a VJP makes at once: its temporaries and the
+        # cotangents it pulls back, tanh's 3 times the op's largest array (an input's too: a std
+        # along an axis of a 300x300 input held 1.28x memory=, priced by its result), or more
         sizes = [value_nbytes(v) for i, v in enumerate(self_inputs) if tr.dep[i]]  # wanted
         inputs, largest = sum(sizes), max(sizes, default=0)
         out_max = int(out_bytes.max())
-        work = int(cuts.max()) + inputs + SWEEP_OVERHEAD_B + max(largest + out_max, 3 * out_max,
-            vjp_peak(tr, out_bytes, [value_nbytes(v) for v in self_inputs]))   # sort's: 7
+        work = int(cuts.max()) + inputs + SWEEP_OVERHEAD_B + max(3 * max(out_max, largest),
+            vjp_peak(tr, out_bytes, [value_nbytes(v) for v in self_inputs]))
         tape, back = tape_bytes(tr, out_bytes, TAPED_OVERHEAD_B)
         chain = Chain(seconds, 3.0 * seconds + TAPED_OVERHEAD_S, tape,
                       cuts + SNAPSHOT_OVERHEAD_B, work, back=back)
