@@ -20,7 +20,7 @@ def block(c):
 cnn = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), *[block(8) for _ in range(5)],
                     nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
 plain = copy.deepcopy(cnn)
-net = bt.checkpoint_module(cnn, memory="700kB")          # shares cnn's parameters and buffers
+net = bt.checkpoint_module(cnn, memory="1.2MB")          # shares cnn's parameters and buffers
 opt, plain_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (net, plain))
 
 x, labels = torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))
