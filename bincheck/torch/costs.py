@@ -163,6 +163,15 @@ def freed_in_stage(tr: Trace, bounds: list[int]) -> np.ndarray:
     return np.cumsum(out)[:n]
 
 
+# what these ops' backward holds beside the gradients it returns, on the CPU, in multiples of
+# the largest of their tensor arguments and result, rounded up from
+# benchmarks/program/results/backward-scratch.md (``python -m benchmarks.program.
+# backward_scratch``; a probe measured chains of them at up to 2.6x ``memory=``)
+BACKWARD_SCRATCH = {"scatter_reduce": 12.6, "logcumsumexp": 7.0, "cumprod": 3.3, "cumsum": 2.0,
+                    "_fft_r2c": 4.1, "_fft_c2r": 4.1, "_fft_c2c": 4.1, "_cdist_forward": 2.1,
+                    "_euclidean_dist": 2.3}
+
+
 def scratch(tr: Trace) -> np.ndarray:
     """Per op: the temporary its backward allocates beside the gradients it returns, where
     measured: BatchNorm's and convolution's on CPU hold one more of their widest recorded
@@ -179,6 +188,12 @@ def scratch(tr: Trace) -> np.ndarray:
                           if ext_grad[-1 - v] else 0 for v in tr.values(j)), default=0)
         if name == "convolution":
             out[j] = max(out[j], conv_scratch(tr, j))
+        elif name in BACKWARD_SCRATCH:
+            vs = tr.values(j)
+            out[j] = max(out[j], int(BACKWARD_SCRATCH[name] * max(
+                [int(tr.out_bytes[j])] + [tr.group_bytes[tr.group[v]] if v >= 0 else
+                                          ext[-1 - v].numel() * ext[-1 - v].element_size()
+                                          for v in vs])))
     return out
 
 
