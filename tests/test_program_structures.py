@@ -119,3 +119,29 @@ def test_keyword_arguments_are_passed_to_f_each_call_and_may_be_differentiated(b
     for u, v in zip(both, grad(lambda x, s: f(x, scale=s), (0, 1))(X, 1.3)):
         numpy.testing.assert_allclose(u, v, rtol=1e-12)
     assert g.preview(X, steps=9).plain_ops >= 0
+
+
+def test_an_object_holding_a_finished_differentiation_s_value_is_no_hidden_cotangent():
+    """A logger that kept an earlier gradient's loss (a box of a finished trace) passed to ``g``
+    was refused as hiding a value being differentiated; plain autograd runs it."""
+    class Logger:
+        def __init__(self):
+            self.history = []
+
+    def f(x, log):
+        y = np.sum(body(x) ** 2)
+        log.history.append(y)
+        return y
+    log = Logger()
+    g = checkpoint_program(f, num_ckpts=2)
+    want = grad(f)(X, Logger())
+    for _ in range(2):
+        numpy.testing.assert_allclose(grad(g)(X, log), want, rtol=1e-12)
+
+
+def test_an_object_too_large_to_search_is_warned_about_not_refused():
+    big = Holder([numpy.zeros(1) for _ in range(20_000)])
+    g = checkpoint_program(lambda x, b: np.sum(body(x)), num_ckpts=2)
+    with pytest.warns(UserWarning, match="too large to search"):
+        got = grad(g)(X, big)
+    numpy.testing.assert_allclose(got, grad(lambda x: np.sum(body(x)))(X), rtol=1e-12)

@@ -15,6 +15,7 @@ pairs taped leaves with cotangents goes through it and checks the counts.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from autograd.builtins import DictBox, SequenceBox
@@ -48,21 +49,27 @@ CONTAINERS = ("arrays and numbers, in (nested) tuples, lists, namedtuples, dicts
               "and defaultdicts")
 
 
-def refuse_hidden_boxes(leaves: list, what: str) -> None:
-    """Raise a TypeError where a leaf that is not itself a box holds one (an object of the
-    user's, a subclass of dict or list): its cotangent could not be handed over, and a
-    structure bincheck cannot see into must never drop a cotangent silently."""
+def refuse_hidden_boxes(leaves: list, what: str, traces: Any = None) -> None:
+    """Raise a TypeError where a leaf that is not itself a box holds one of ``traces`` (the
+    differentiation under way; any, if None) inside an object of the user's or a subclass of
+    dict or list: its cotangent could not be handed over, and a structure bincheck cannot see
+    into must never drop a cotangent silently. A box of a finished differentiation (a logged
+    loss) is no cotangent. An object too large to search is warned about, not refused."""
+    def live(o: Any) -> bool:
+        return isbox(o) and (traces is None or o._trace in traces)
     for v in leaves:
         if isbox(v) or type(v) in _PLAIN:
             continue
-        found = reaches(v, isbox)
-        if found is False:
-            continue
-        why = "holds a value being differentiated" if found else \
-            "is too large an object to search for values being differentiated"
-        raise TypeError(f"{what} a {type(v).__module__}.{type(v).__qualname__} that {why}; "
-                        f"bincheck cannot look inside it, so its cotangent would be lost. "
-                        f"Supported: {CONTAINERS}")
+        found = reaches(v, live)
+        name = f"{type(v).__module__}.{type(v).__qualname__}"
+        if found is None:
+            warnings.warn(f"{what} a {name} too large to search for values being "
+                          f"differentiated: a cotangent of one inside it would be lost. "
+                          f"Supported: {CONTAINERS}", stacklevel=3)
+        elif found:
+            raise TypeError(f"{what} a {name} that holds a value being differentiated; "
+                            f"bincheck cannot look inside it, so its cotangent would be lost. "
+                            f"Supported: {CONTAINERS}")
 
 
 def expand_boxes(tree: Any) -> Any:

@@ -58,7 +58,7 @@ class _LoopBase(Configured):
         args = [a for leaves, _ in flat for a in leaves]
         if not any(isbox(a) for a in args):
             return None
-        refuse_hidden_boxes(args, "the loop was given")
+        refuse_hidden_boxes(args, "the loop was given", {a._trace for a in args if isbox(a)})
         call = Call(self, [Group(d, len(leaves)) for leaves, d in flat],
                     [reverse_traced(a) for a in args])
         packed = loop_primitive(*args, call=call)

@@ -249,7 +249,7 @@ class CheckpointedProgram(Configured):
         if not any(reverse_traced(v) for v in boxed) or any(isbox(v._value) for v in boxed) or \
                 len({v._trace for v in boxed}) > 1:
             return self.f(*args, **kwargs)
-        refuse_hidden_boxes(leaves, "checkpoint_program's g was given")
+        refuse_hidden_boxes(leaves, "checkpoint_program's g was given", {boxed[0]._trace})
         call = ProgramCall(self, lambda ls: unflatten(tree_def, ls),
                            {i for i, v in enumerate(leaves) if isbox(v)})
         return call.result(program_primitive(*leaves, call=call))

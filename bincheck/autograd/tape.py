@@ -231,7 +231,7 @@ def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_box: list,
             # containers of element boxes, so the next step and the adjoint see array leaves.
             st = conform(expand_boxes(st), s_def)
             leaves, st_def = flatten(st)
-            refuse_hidden_boxes(leaves, f"{stepper.label} (taped step {t}) returned")
+            refuse_hidden_boxes(leaves, f"{stepper.label} (taped step {t}) returned", {trace})
             if st_def != s_def:
                 raise ValueError(
                     f"{stepper.label} must return a state with the structure of its input state; "
@@ -250,7 +250,7 @@ def tape_segment(stepper: PlainStepper, p_def: Any, p_leaves: list, p_box: list,
                 y = call_fn(stepper.output_fn, (params, st, x), t, "output_fn")
             if y is not None:
                 y = expand_boxes(y)
-                refuse_hidden_boxes(flatten(y)[0], f"step {t}'s output y is")
+                refuse_hidden_boxes(flatten(y)[0], f"step {t}'s output y is", {trace})
                 if stepper.ys is not None:      # records the forward's, or compares (verify)
                     stepper.ys.add(t, y)
                 for k, leaf in enumerate(flatten(y)[0]):

@@ -382,7 +382,7 @@ def record(f: Callable, leaves: list, rebuild: Callable[[list], tuple],
         tr._t = time.perf_counter()
         result = f(*rebuild(boxes))
         out_leaves, out_def = flatten(result)
-        refuse_hidden_boxes(out_leaves, "checkpoint_program: f returned")
+        refuse_hidden_boxes(out_leaves, "checkpoint_program: f returned", {level})
         ids, values = [], []
         for v in out_leaves:
             if isbox(v) and v._trace == level:
