@@ -385,3 +385,34 @@ def test_a_backward_with_large_scratch_is_within_the_budget(op):
     for _ in range(2):
         _, peak = allocation_peak(lambda: bt.checkpoint(f, x, memory=memory).sum().backward())
         assert peak <= memory, peak / memory
+
+
+def test_a_result_dropped_and_written_through_an_alias_leaves_the_gradient_exact():
+    """The result's version is checked through a weak reference: dropped (``a = a.detach()``),
+    its storage written through the alias went unseen by a repeated call's snapshots."""
+    def run(call):
+        x = torch.linspace(-1, 1, 5, requires_grad=True)
+        a, h = call(x)
+        a = a.detach()
+        a.zero_()
+        h.sum().backward()
+        return x.grad
+    want = run(_reads_its_result_later)
+    for _ in range(3):
+        got = run(lambda x: bt.checkpoint(_reads_its_result_later, x, num_ckpts=2))
+        torch.testing.assert_close(got, want, rtol=RTOL, atol=0)
+
+
+def test_a_refusal_during_the_forward_leaves_buffers_as_they_were():
+    """Refused mid-forward (``t.data = ...`` here), BatchNorm had already counted a batch."""
+    norm = torch.nn.BatchNorm1d(4)
+
+    def f(x):
+        y = norm(x)
+        y.data = y.data * 2
+        return y * 3
+    before = {k: v.clone() for k, v in norm.state_dict().items()}
+    with pytest.raises(NotImplementedError, match=r"t\.data"):
+        bt.checkpoint(f, torch.randn(8, 4, requires_grad=True), num_ckpts=1)
+    for k, v in norm.state_dict().items():
+        assert torch.equal(v, before[k]), k

@@ -144,3 +144,17 @@ def fingerprint(t: torch.Tensor) -> tuple:
             torch.float64 if t.dtype.is_floating_point else torch.int64
         flat = flat.to(wide)
         return (tuple(t.shape), complex(flat.sum().item()), complex(flat[-1].item()))
+
+
+def refuse_unrecordable(t: torch.Tensor) -> None:
+    """A tensor a replay cannot stand in for: sparse (no storage), or a ``torch.func``
+    transform's (``vmap``, ``jvp``: its batch or tangent is the transform's)."""
+    what = None
+    if t.layout is not torch.strided:
+        what = f"a {t.layout} tensor (only strided tensors are recorded)"
+    elif torch._C._functorch.is_functorch_wrapped_tensor(t):
+        what = "a tensor of a torch.func transform (vmap, jvp, grad)"
+    if what is not None:
+        raise NotImplementedError(
+            f"bincheck.torch: the checkpointed function reads {what}; bincheck.torch checkpoints "
+            f"reverse-mode autograd of dense tensors: call the function plainly there")

@@ -151,7 +151,11 @@ class ProgramCall:
         snapshots and tape the forward took may share its storage)."""
         for i, (ref, version, v) in enumerate(self.results):
             t = ref()
-            if t is None or t._version == version:
+            if t is None:           # gone: an alias of it may have been written, unseen
+                if self.from_forward:
+                    self._restart()
+                continue
+            if t._version == version:
                 continue
             if self.trace.saved[self.trace.group[v]]:
                 raise RuntimeError(

@@ -13,8 +13,8 @@ from typing import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .ops import (fingerprint, flatten_args, no_dispatch, op_facts, rng_state, tensors_of,
-                  written_positions)
+from .ops import (fingerprint, flatten_args, no_dispatch, op_facts, refuse_unrecordable,
+                  rng_state, tensors_of, written_positions)
 from .trace import Trace, storage_of
 
 
@@ -42,20 +42,6 @@ class Plan0:
         # segment's (a forward that holds more records another trace: it stops capturing)
         self.ops, self.keep_bytes = ops, keep_bytes
         self.capture_bytes = capture_bytes
-
-
-def refuse_unrecordable(t: torch.Tensor) -> None:
-    """A tensor a replay cannot stand in for: sparse (no storage), or a ``torch.func``
-    transform's (``vmap``, ``jvp``: its batch or tangent is the transform's)."""
-    what = None
-    if t.layout is not torch.strided:
-        what = f"a {t.layout} tensor (only strided tensors are recorded)"
-    elif torch._C._functorch.is_functorch_wrapped_tensor(t):
-        what = "a tensor of a torch.func transform (vmap, jvp, grad)"
-    if what is not None:
-        raise NotImplementedError(
-            f"bincheck.torch: the checkpointed function reads {what}; bincheck.torch checkpoints "
-            f"reverse-mode autograd of dense tensors: call the function plainly there")
 
 
 class _Recorder(TorchDispatchMode):
@@ -377,8 +363,14 @@ def record(fn: Callable, args: tuple, kwargs: dict, rng: bool, unpack: Callable,
             "plainly there")
     tr = Trace()
     rec = _Recorder(tr, rng, plan0, verify)
-    with torch.autograd.graph.saved_tensors_hooks(rec.pack, unpack), rec:
-        out = fn(*args, **kwargs)
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(rec.pack, unpack), rec:
+            out = fn(*args, **kwargs)
+    except NotImplementedError as err:
+        if str(err).startswith("bincheck.torch"):   # refused by bincheck: as if not called
+            tr.restore_written()
+            tr.rewind_rng()
+        raise
     from torch.utils._pytree import tree_flatten
     leaves = tree_flatten(out)[0]
     ids = []

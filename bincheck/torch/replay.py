@@ -2,7 +2,9 @@
 
 A plan's stage is a run of recorded aten ops. The backward is autograd's own, over the graph the
 forward built; what the forward dropped are the tensors autograd saved, and a replay gives them
-back. ``advance`` replays ops under ``no_grad``, freeing each value after its last read;
+back. ``advance`` replays ops under ``no_grad`` (those whose results depend on grad mode,
+``ops.GRAD_MODE_OPS``, in the mode they ran in, on detached inputs), freeing each value after
+its last read;
 ``reverse`` replays a segment keeping the values its nodes saved, for the saved-tensor hook to
 hand to autograd. Ops are called as recorded (already decomposed and cast), so replays run with
 autocast off; random ops get the generator state they had in the forward, and the caller's
@@ -89,15 +91,17 @@ class Replay:
         simple = self.simple.get(t)
         if simple is None:          # positional leaves only: the flat list is the arguments
             simple = self.simple[t] = not spec[1] and all(x is None for x in spec[2])
-        grad_mode = tr.grad_mode.get(k) if tr.grad_mode else None
-        if grad_mode:               # as in the forward, building no graph (no input needs one)
+        if tr.grad_mode and tr.grad_mode.get(k):
+            # as in the forward, building no graph (no input needs one)
             flat = [a.detach() if isinstance(a, torch.Tensor) else a for a in flat]
-        with torch.enable_grad() if grad_mode else contextlib.nullcontext():
-            if simple:
-                out = func._op(*flat)
-            else:
+            with torch.enable_grad():
                 args, kwargs = unflatten_args(flat, spec)
                 out = func._op(*args, **kwargs)
+        elif simple:
+            out = func._op(*flat)
+        else:
+            args, kwargs = unflatten_args(flat, spec)
+            out = func._op(*args, **kwargs)
         results = [out] if type(out) is torch.Tensor else tensors_of(out)
         if extra is not None:
             results += [flat[pos] for pos, _ in extra[0]]
