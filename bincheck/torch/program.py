@@ -79,6 +79,7 @@ class ProgramCall:
         self.actions: Iterator | None = None
         self.checked = self.from_forward = False
         self.results: list = []
+        self.held: list = []
 
     def record(self, args: tuple, kwargs: dict, plan0: Plan0 | None) -> Any:
         program, stats = self.program, self.stats
@@ -110,12 +111,21 @@ class ProgramCall:
         self.executor = Executor(plan.stages, {}, self.store)
         self.actions = iter(plan.actions)
         rec = self.rec
+        # detached aliases of what the forward took (sharing version counters with the caller's):
+        # a tensor's ``grad_fn`` holds the graph, whose hooks hold this call: a cycle gc cannot
+        # see (a graph dropped unused leaked them all)
+        rec.captured = {c: {v: t.detach() for v, t in snap.items()}
+                        for c, snap in rec.captured.items()}
+        rec.kept = {v: t.detach() for v, t in rec.kept.items()}
         # a forward that diverged from the plan it expected (it dropped what it captured, and
         # plan0) runs the plan from its start, even where its trace has that plan's key
         if expected and plan.keep_from is not None and rec.plan0 is not None:
             rec.captured[0] = {}
             first = self.executor.run(self.actions, _Captured(rec.captured, plan.bounds),
                                       until=Reverse)
+            self.held = [(weakref.ref(t), t._version, saved) for saved, ts in (
+                (False, [t for snap in rec.captured.values() for t in snap.values()]),
+                (True, list(rec.kept.values()))) for t in ts]
             rec.captured.clear()                # the store holds the snapshots it keeps
             self.replay.materialized = rec.kept     # the forward kept its saved tensors
             self.executor.tracker.apply(first)
@@ -151,11 +161,7 @@ class ProgramCall:
         snapshots and tape the forward took may share its storage)."""
         for i, (ref, version, v) in enumerate(self.results):
             t = ref()
-            if t is None:           # gone: an alias of it may have been written, unseen
-                if self.from_forward:
-                    self._restart()
-                continue
-            if t._version == version:
+            if t is None or t._version == version:
                 continue
             if self.trace.saved[self.trace.group[v]]:
                 raise RuntimeError(
@@ -166,6 +172,16 @@ class ProgramCall:
             self.results[i][1] = t._version
             if self.from_forward:
                 self._restart()
+        for ref, version, saved in self.held if self.from_forward else ():
+            t = ref()               # the forward's snapshots and tape, written through an alias
+            if t is not None and t._version != version:
+                if saved:
+                    raise RuntimeError(
+                        "one of the variables needed for gradient computation has been "
+                        f"modified by an inplace operation: a tensor of {list(t.shape)} the "
+                        "checkpointed function made and autograd saved (bincheck.torch)")
+                self._restart()
+                return
 
     def fetch(self, v: int) -> torch.Tensor:
         """The value ``v`` for autograd: from the segment taped last, else from the plan's next
@@ -292,6 +308,7 @@ class CheckpointedFunction(Configured):
         except Exception:                   # a refused budget: as if the call had not run
             tr.restore_written()
             tr.rewind_rng()
+            call.rec.captured, call.rec.kept = {}, {}       # (no cycle: see ``start``)
             raise
         call.stats.plan_seconds = time.perf_counter() - t0
         call.start(plan, plan is expected)

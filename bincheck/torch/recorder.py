@@ -151,12 +151,9 @@ class _Recorder(TorchDispatchMode):
         if k in self.capture:                     # a snapshot the expected plan keeps
             hold = self.hold
             got = {v: hold[v]() for v in self.capture[k] if v in hold}
-            # detached: a forward tensor's ``grad_fn`` holds the graph, whose saved-tensor
-            # hooks hold the call holding its snapshots: a cycle through autograd's nodes that
-            # the garbage collector cannot see (a graph dropped unused leaked them all)
-            with no_dispatch():
-                got = {v: t.detach() for v, t in got.items() if t is not None}
-            self.captured[k] = got
+            # the forward's own tensors (the call detaches them once the forward is over: see
+            # ``ProgramCall.start``)
+            self.captured[k] = got = {v: t for v, t in got.items() if t is not None}
             for v in [v for v in hold if self.need[v] <= k]:
                 del hold[v]
             if len(got) != len(self.capture[k]) or \
@@ -340,8 +337,7 @@ class _Recorder(TorchDispatchMode):
         if self.keep_from is not None and n >= self.keep_from:
             if n == self.keep_from and k == n - 1:
                 self.maybe.append(v)
-            with no_dispatch():                 # (no cycle: see the captures)
-                self.kept[v] = t.detach()
+            self.kept[v] = t
             g = tr.group[v]
             if g not in self.kept_groups:
                 self.kept_groups.add(g)
