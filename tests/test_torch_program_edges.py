@@ -416,3 +416,29 @@ def test_a_refusal_during_the_forward_leaves_buffers_as_they_were():
         bt.checkpoint(f, torch.randn(8, 4, requires_grad=True), num_ckpts=1)
     for k, v in norm.state_dict().items():
         assert torch.equal(v, before[k]), k
+
+
+def test_convolutions_under_cpu_autocast_are_priced_by_their_cast_weights():
+    """Under CPU autocast a convolution's weight is a bfloat16 copy made in the function, and
+    its backward's scratch went unpriced: 1.29x ``memory=`` at 1.3x the least budget (1.65x at
+    the least). Still 1.12x at the least budget itself: see the CHANGELOG."""
+    import re
+    from tests.torch_helpers import allocation_peak
+    torch.manual_seed(0)
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(3, 24, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(24, 24, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(24, 8, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(8, 4, 3, padding=1)).float()
+    x = torch.randn(4, 3, 32, 32, dtype=torch.float32)
+
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(x).float()
+    with pytest.raises(ValueError) as refused:
+        bt.checkpoint(f, x, memory=1)
+    memory = int(1.3 * int(re.search(r"pass memory=(\d+)", str(refused.value)).group(1)))
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        _, peak = allocation_peak(lambda: bt.checkpoint(f, x, memory=memory).sum().backward())
+        assert peak <= memory, peak / memory

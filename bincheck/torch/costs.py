@@ -204,12 +204,21 @@ def conv_scratch(tr: Trace, j: int) -> int:
     output once (``2 in + out``: 3.01 MiB measured for 24 to 8 channels, 64x64, batch 4, 3.0
     by this), or its weight's size where larger; the slow path's (float64) its im2col columns,
     the kernel's size times the input channels times the output pixels (27 MiB there, 9 times
-    the input)."""
+    the input). A weight cast in the function (CPU autocast) is priced at its cast's size."""
     func, spec, consts, _, _ = tr.templates[tr.tmpl[j]]
     vals = tr.values(j)
-    if len(vals) < 2 or vals[1] >= 0:
+    if len(vals) < 2:
         return 0
-    w = tr.externals[-1 - vals[1]]
+    src = vals[1]                       # a weight made in the function (autocast's cast): the
+    for _ in range(3):                  # parameter it was made from gives its shape
+        if src < 0 or not tr.values(tr.defined[src]):
+            break
+        src = tr.values(tr.defined[src])[0]
+    if src >= 0:
+        return 0
+    w = tr.externals[-1 - src]
+    size = w.element_size() if vals[1] < 0 else \
+        tr.group_bytes[tr.group[vals[1]]] // max(1, w.numel())
     kk = int(np.prod(w.shape[2:])) if w.dim() > 2 else 1
     if kk == 1 or w.device.type != "cpu":
         return 0
@@ -217,8 +226,8 @@ def conv_scratch(tr: Trace, j: int) -> int:
     inb = tr.group_bytes[tr.group[v]] if v >= 0 else \
         tr.externals[-1 - v].numel() * tr.externals[-1 - v].element_size()
     outb = int(tr.out_bytes[j])
-    if w.dtype in (torch.float32, torch.bfloat16, torch.float16):
-        return max(2 * inb + outb, w.numel() * w.element_size())
+    if size in (2, 4):                  # float32, bfloat16, float16
+        return max(2 * inb + outb, w.numel() * size)
     args = unflatten_args(list(consts), spec)[0]
     groups = args[8] if len(args) > 8 and type(args[8]) is int else 1
     if len(args) > 6 and args[6]:           # transposed: (in, out / groups, ...) weights
