@@ -88,7 +88,7 @@ class ProgramCall:
                                    self.unpack, plan0, program.verify)
         t1 = time.perf_counter()
         # the results the caller gets, as the forward left them (it may write into them)
-        self.results = [[weakref.ref(o), o._version, v] for o, v in
+        self.results = [(weakref.ref(o), o._version, v) for o, v in
                         zip(tree_flatten(out)[0], ids) if v is not None and v >= 0]
         self.trace, self.rec = tr, rec
         stats.ops = stats.plain_ops = tr.n
@@ -156,22 +156,18 @@ class ProgramCall:
         return self.fetch(saved.v)
 
     def _check_results(self) -> None:
-        """A result the caller wrote into since the forward: refused where autograd saved it
-        (as autograd refuses), else the backward starts its plan over, from the inputs (the
-        snapshots and tape the forward took may share its storage)."""
+        """A result the caller wrote into since the forward is refused where autograd saved it
+        (as autograd refuses); a write through any alias of the snapshots and tape the forward
+        took (a result's too) starts the plan over, from the inputs."""
         for i, (ref, version, v) in enumerate(self.results):
             t = ref()
-            if t is None or t._version == version:
-                continue
-            if self.trace.saved[self.trace.group[v]]:
+            if t is not None and t._version != version and \
+                    self.trace.saved[self.trace.group[v]]:
                 raise RuntimeError(
                     f"one of the variables needed for gradient computation has been modified "
                     f"by an inplace operation: result {i} of the checkpointed function (or a "
                     f"view of its storage), {list(t.shape)}, is at version {t._version}; "
                     f"expected version {version} instead (bincheck.torch)")
-            self.results[i][1] = t._version
-            if self.from_forward:
-                self._restart()
         for ref, version, saved in self.held if self.from_forward else ():
             t = ref()               # the forward's snapshots and tape, written through an alias
             if t is not None and t._version != version:

@@ -6,8 +6,8 @@ saves by a handle (see :mod:`.trace` for what is recorded and why).
 from __future__ import annotations
 
 import time
-from array import array
 import weakref
+from array import array
 from typing import Callable
 
 import torch
@@ -176,17 +176,16 @@ class _Recorder(TorchDispatchMode):
                     v = self.value_of(a)
                     tr.ext_last[-1 - v] = k
                     g = tr.ext_group[-1 - v]
-                    ptr = a.untyped_storage().data_ptr()
                 else:
                     last[v] = k
                     g = group[v]
-                    ptr = a.untyped_storage().data_ptr()
-                    if ptr != gptr[g] and ptr and gptr[g]:
-                        raise NotImplementedError(
-                            f"bincheck.torch: {func} reads a tensor the checkpointed function "
-                            f"made whose storage was replaced outside torch's ops since "
-                            f"(``t.data = ...``): a replay would read the old one; assign "
-                            f"the new tensor to the name instead, or write with ``t.copy_``")
+                ptr = a.untyped_storage().data_ptr()
+                if v >= 0 and ptr != gptr[g] and ptr and gptr[g]:
+                    raise NotImplementedError(
+                        f"bincheck.torch: {func} reads a tensor the checkpointed function "
+                        f"made whose storage was replaced outside torch's ops since "
+                        f"(``t.data = ...``): a replay would read the old one; assign the new "
+                        f"tensor to the name instead, or write with ``t.copy_``")
                 if ptr and ptr not in ptrs:
                     ptrs[ptr] = g
                 positions.append(pos)

@@ -80,13 +80,11 @@ class Replay:
             writes, copies, rng = extra
             for pos in copies:
                 flat[pos] = flat[pos].detach().clone()
-            if rng is None:
-                pass
-            elif rng[0] == "generator":     # the caller's generator stays as the forward left it
+            if rng is not None and rng[0] == "generator":   # the caller's stays as it is
                 copy = torch.Generator(device=flat[rng[1]].device)
                 copy.set_state(rng[2])
                 flat[rng[1]] = copy
-            else:
+            elif rng is not None:
                 set_rng_state(rng)
         simple = self.simple.get(t)
         if simple is None:          # positional leaves only: the flat list is the arguments
