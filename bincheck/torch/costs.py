@@ -33,7 +33,6 @@ benchmarks/program/results/budgets.md.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from ..schedule.chain import Chain
 from .ops import unflatten_args
@@ -189,12 +188,17 @@ def scratch(tr: Trace) -> np.ndarray:
         if name == "convolution":
             out[j] = max(out[j], conv_scratch(tr, j))
         elif name in BACKWARD_SCRATCH:
-            vs = tr.values(j)
             out[j] = max(out[j], int(BACKWARD_SCRATCH[name] * max(
-                [int(tr.out_bytes[j])] + [tr.group_bytes[tr.group[v]] if v >= 0 else
-                                          ext[-1 - v].numel() * ext[-1 - v].element_size()
-                                          for v in vs])))
+                [int(tr.out_bytes[j])] + [_bytes(tr, v) for v in tr.values(j)])))
     return out
+
+
+def _bytes(tr: Trace, v: int) -> int:
+    """A value's storage bytes, an external's (the user's tensor) too."""
+    if v >= 0:
+        return tr.group_bytes[tr.group[v]]
+    t = tr.externals[-1 - v]
+    return t.numel() * t.element_size()
 
 
 def conv_scratch(tr: Trace, j: int) -> int:
@@ -222,10 +226,7 @@ def conv_scratch(tr: Trace, j: int) -> int:
     kk = int(np.prod(w.shape[2:])) if w.dim() > 2 else 1
     if kk == 1 or w.device.type != "cpu":
         return 0
-    v = vals[0]
-    inb = tr.group_bytes[tr.group[v]] if v >= 0 else \
-        tr.externals[-1 - v].numel() * tr.externals[-1 - v].element_size()
-    outb = int(tr.out_bytes[j])
+    inb, outb = _bytes(tr, vals[0]), int(tr.out_bytes[j])
     if size in (2, 4):                  # float32, bfloat16, float16
         return max(2 * inb + outb, w.numel() * size)
     args = unflatten_args(list(consts), spec)[0]
